@@ -1,0 +1,46 @@
+# demo2rl: the two commands a newcomer needs are `make run` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+CORES ?= all
+SNAKEMAKE := $(BIN)/snakemake
+
+.PHONY: venv run test lint format report ui bench clean help
+
+help:  ## list the targets
+	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+
+venv: $(STAMP)  ## create .venv with the pinned dependencies and demo2rl (editable)
+
+$(STAMP): pyproject.toml requirements/constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	# torch first, alone: `torch==2.13.0` takes the local CPU wheel instead of the CUDA stack
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -c requirements/constraints.txt -e '.[dev]'
+	touch $@
+
+run: venv  ## run the default workflow (config/config.yaml) on all cores
+	$(SNAKEMAKE) --cores $(CORES)
+
+test: venv lint  ## unit + integration tests, snakemake --lint, snakefmt --check, ruff
+	$(BIN)/python -m pytest
+
+lint: venv  ## static checks only
+	$(BIN)/ruff check src scripts tests benchmarks
+	$(BIN)/ruff format --check src scripts tests benchmarks
+	$(BIN)/snakefmt --check Snakefile rules
+	$(SNAKEMAKE) --lint --configfile config/test.yaml
+
+format: venv  ## apply ruff and snakefmt formatting
+	$(BIN)/ruff check --fix src scripts tests benchmarks
+	$(BIN)/ruff format src scripts tests benchmarks
+	$(BIN)/snakefmt Snakefile rules
+
+bench: venv  ## run the benchmarks (figures to results/bench/*.json)
+	for b in benchmarks/*.py; do $(BIN)/python $$b || exit 1; done
+
+clean:  ## remove generated results (keeps .venv)
+	rm -rf results/* .snakemake

@@ -1,0 +1,23 @@
+# demo2rl: expert demonstrations -> behaviour cloning -> RL, one reproducible workflow.
+# Run: `snakemake --cores N` (the default profile in profiles/default is loaded automatically),
+# or on a cluster `snakemake --profile profiles/slurm`. See README.md.
+from snakemake.utils import min_version, validate
+
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+validate(config, "config/schema.yaml")
+
+
+include: "rules/common.smk"
+include: "rules/collect.smk"
+
+
+rule all:
+    input:
+        f"{RESULTS}/demos/demos.h5",
+    default_target: True

@@ -1,0 +1,1 @@
+"""Scripted experts: batched callables, observations in, actions out."""

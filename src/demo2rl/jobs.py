@@ -1,0 +1,59 @@
+"""Glue shared by the Snakemake scripts: logging to the rule's log file and the job's MLflow run.
+
+Scripts stay thin: they read their inputs, outputs and params from the ``snakemake`` object and
+call the library inside :func:`job`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from demo2rl import provenance, tracking
+
+log = logging.getLogger("demo2rl")
+
+
+def setup_logging(path: str | None) -> None:
+    """INFO and up to the rule's log file; warnings and errors to stderr too."""
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S")
+    handlers: list[logging.Handler] = []
+    if path:
+        handlers.append(logging.FileHandler(path, mode="w"))
+        handlers[-1].setLevel(logging.INFO)
+    console = logging.StreamHandler(sys.stderr)
+    console.setLevel(logging.WARNING if path else logging.INFO)
+    handlers.append(console)
+    for handler in handlers:
+        handler.setFormatter(fmt)
+    logging.basicConfig(level=logging.INFO, handlers=handlers, force=True)
+    logging.captureWarnings(True)
+
+
+@contextlib.contextmanager
+def job(smk: Any, *, stage: str, run_name: str) -> Iterator[tracking.Run]:
+    """Run a rule's work with logging and a tracked MLflow child run.
+
+    The run's params are the rule's ``params`` (its config slice); its tags name the stage, the
+    rule and the wildcards. An exception is logged to the rule's log before it propagates.
+    """
+    setup_logging(smk.log[0] if len(smk.log) else None)
+    wildcards = dict(smk.wildcards.items())
+    params = {k: v for k, v in smk.params.items()}
+    log.info("rule %s %s, threads=%s", smk.rule, wildcards, smk.threads)
+    log.info("versions %s, code %s", provenance.versions(), provenance.code_revision())
+    start = time.perf_counter()
+    try:
+        with tracking.child_run(
+            run_name, stage=stage, rule=smk.rule, wildcards=wildcards, params=params
+        ) as run:
+            yield run
+            run.log_metrics({"job_seconds": time.perf_counter() - start})
+    except BaseException:
+        log.exception("rule %s failed", smk.rule)
+        raise
+    log.info("done in %.1f s", time.perf_counter() - start)

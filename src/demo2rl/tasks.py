@@ -1,0 +1,109 @@
+"""A task is a gymnasium id plus kwargs; an expert is a ``module:callable`` entry point.
+
+Environment ids may use gymnasium's ``"package.module:EnvName-v0"`` form, which imports the module
+(and so registers the environment) before looking the id up. The built-in ``Racing-v0`` is
+registered by importing :mod:`demo2rl.envs`, which this module does.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+import demo2rl.envs  # noqa: F401  (registers Racing-v0)
+
+Expert = Callable[[np.ndarray], np.ndarray]
+"""A batched expert: observations ``(B, *obs_shape)`` in, actions ``(B, *act_shape)`` out."""
+
+
+class TaskError(ValueError):
+    """A task or expert specification that cannot be used."""
+
+
+def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
+    """The registered spec of ``env_id``, or a TaskError saying why there is none.
+
+    ``"package.module:Env-v0"`` imports ``package.module`` first, as ``gymnasium.make`` does.
+    """
+    module, sep, name = env_id.rpartition(":")
+    try:
+        if sep:
+            importlib.import_module(module)
+        return gym.spec(name)
+    except (gym.error.Error, ModuleNotFoundError, ImportError) as err:
+        raise TaskError(f"unknown gymnasium env id {env_id!r}: {err}") from err
+
+
+def make_env(env_id: str, env_kwargs: Mapping[str, Any], **extra: Any) -> gym.Env:
+    """One environment of the task (``extra`` e.g. ``render_mode``)."""
+    return gym.make(env_id, **dict(env_kwargs), **extra)
+
+
+def make_vector_env(
+    env_id: str,
+    env_kwargs: Mapping[str, Any],
+    num_envs: int,
+    autoreset_mode: AutoresetMode = AutoresetMode.NEXT_STEP,
+) -> gym.vector.VectorEnv:
+    """A batch of ``num_envs`` environments in this process.
+
+    Uses the task's own batched implementation (its ``vector_entry_point``) when it registers
+    one, as ``Racing-v0`` does, and gymnasium's ``SyncVectorEnv`` of single envs otherwise.
+    """
+    if env_spec(env_id).vector_entry_point is not None:
+        return gym.make_vec(
+            env_id,
+            num_envs=num_envs,
+            vectorization_mode="vector_entry_point",
+            autoreset_mode=autoreset_mode,
+            **dict(env_kwargs),
+        )
+    return gym.make_vec(
+        env_id,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": autoreset_mode},
+        **dict(env_kwargs),
+    )
+
+
+def resolve_entry_point(entry_point: str) -> Any:
+    """Import ``"package.module:attribute"`` and return the attribute."""
+    module_name, sep, attr = entry_point.partition(":")
+    if not sep or not module_name or not attr:
+        raise TaskError(f"entry point {entry_point!r} is not of the form 'package.module:callable'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise TaskError(
+            f"entry point {entry_point!r}: cannot import {module_name!r}: {err}"
+        ) from err
+    try:
+        return functools.reduce(getattr, attr.split("."), module)
+    except AttributeError as err:
+        raise TaskError(f"entry point {entry_point!r}: {module_name!r} has no {attr!r}") from err
+
+
+def load_expert(entry_point: str, kwargs: Mapping[str, Any] | None = None) -> Expert:
+    """The expert callable with its configured keyword arguments bound."""
+    fn = resolve_entry_point(entry_point)
+    if not callable(fn):
+        raise TaskError(f"expert entry point {entry_point!r} is not callable")
+    return functools.partial(fn, **dict(kwargs or {})) if kwargs else fn
+
+
+def expert_actions(expert: Expert, obs: np.ndarray, action_space: gym.Space) -> np.ndarray:
+    """Call the expert on a batch and check what it returns: shape, finiteness, dtype."""
+    actions = np.asarray(expert(obs))
+    want = (obs.shape[0], *action_space.shape)
+    if actions.shape != want:
+        raise TaskError(f"expert returned actions of shape {actions.shape}, expected {want}")
+    if np.issubdtype(actions.dtype, np.floating) and not np.all(np.isfinite(actions)):
+        raise TaskError("expert returned non-finite actions")
+    return actions.astype(action_space.dtype, copy=False)
