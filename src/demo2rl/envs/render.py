@@ -11,7 +11,7 @@ GRASS = (60, 140, 60)
 TARSAC = (110, 110, 110)
 KERB = (235, 235, 235)
 CAR = (220, 30, 30)
-CAR_LENGTH = 4.5  # metres (drawn 2x enlarged so it stays visible)
+CAR_LENGTH = 4.5  # metres (drawn 1.5x enlarged so it stays visible)
 CAR_WIDTH = 2.0
 
 
@@ -39,7 +39,7 @@ def render_rgb(track: Track, x: float, y: float, yaw: float, size: int = 400) ->
     draw.line(to_px(start), fill=KERB, width=max(1, round(0.8 * scale)))
 
     c, s = np.cos(yaw), np.sin(yaw)
-    body = np.array([[1.0, 0.0], [-0.6, 0.5], [-0.6, -0.5]]) * [CAR_LENGTH, CAR_WIDTH] * 2.0
+    body = np.array([[1.0, 0.0], [-0.6, 0.5], [-0.6, -0.5]]) * [CAR_LENGTH, CAR_WIDTH] * 1.5
     world = np.stack([x + c * body[:, 0] - s * body[:, 1], y + s * body[:, 0] + c * body[:, 1]], 1)
     draw.polygon(to_px(world), fill=CAR, outline=(0, 0, 0))
     return np.asarray(img, dtype=np.uint8)

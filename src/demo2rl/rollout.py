@@ -1,0 +1,132 @@
+"""Running a batched policy (an expert, a clone, an RL agent) for one episode per seed.
+
+Each episode's trajectory depends only on its seed and the policy, not on the batch size or on
+the slot it ran in; episodes come back in the order of their seeds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+from demo2rl import dataset, tasks
+
+
+class RolloutError(RuntimeError):
+    """The task or policy produced something that cannot be recorded."""
+
+
+def run_episodes(
+    env_id: str,
+    env_kwargs: Mapping[str, Any],
+    policy: tasks.Expert,
+    episode_seeds: Sequence[int],
+    *,
+    n_envs: int,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Run ``policy`` for one episode per seed; returns (steps, episodes, info) arrays.
+
+    Episodes are laid out in the order of ``episode_seeds``, each in time order, whatever order
+    they finish in. Rows are gathered batch-wise and grouped once at the end.
+    """
+    n = len(episode_seeds)
+    batch = min(n_envs, n)
+    env = tasks.make_vector_env(env_id, env_kwargs, batch, AutoresetMode.DISABLED)
+    space = env.single_action_space
+    slot_episode = np.arange(batch)  # episode (position in episode_seeds) in each slot; -1: idle
+    next_episode = batch
+    obs, _ = env.reset(seed=[int(s) for s in episode_seeds[:batch]])
+    rows: dict[str, list[np.ndarray]] = {k: [] for k in (*dataset.STEP_KEYS, "episode")}
+    final_obs = np.zeros((n, *env.single_observation_space.shape), obs.dtype)
+    info_end: dict[str, np.ndarray] = {}
+    done_count = 0
+    while done_count < n:
+        _check_finite(obs, env_id, slot_episode)
+        actions = tasks.expert_actions(policy, obs, space)
+        next_obs, rewards, terminated, truncated, info = env.step(actions)
+        for key, value in zip(
+            (*dataset.STEP_KEYS, "episode"),
+            (obs, actions, rewards, terminated, truncated, slot_episode),
+            strict=True,
+        ):
+            rows[key].append(np.array(value, copy=True))
+        done = (terminated | truncated) & (slot_episode >= 0)
+        if not done.any():
+            obs = next_obs
+            continue
+        finished = slot_episode[done]
+        final_obs[finished] = next_obs[done]
+        _record_info(info_end, info, done, finished, n)
+        done_count += len(finished)
+        if on_progress:
+            on_progress(done_count, n)
+        # refill finished slots with the next episodes; slots with nothing left go idle
+        reset_seeds: list[int | None] = [None] * batch
+        for slot in np.flatnonzero(done):
+            if next_episode < n:
+                slot_episode[slot] = next_episode
+                reset_seeds[slot] = int(episode_seeds[next_episode])
+                next_episode += 1
+            else:
+                slot_episode[slot] = -1
+        reset_mask = done | ((terminated | truncated) & (slot_episode < 0))
+        obs, _ = env.reset(seed=reset_seeds, options={"reset_mask": reset_mask})
+        obs = np.where(reset_mask.reshape(-1, *[1] * (obs.ndim - 1)), obs, next_obs)
+    env.close()
+
+    episode_of_row = np.concatenate(rows.pop("episode"))
+    keep = np.flatnonzero(episode_of_row >= 0)
+    order = keep[np.argsort(episode_of_row[keep], kind="stable")]
+    steps = {k: np.concatenate(v)[order] for k, v in rows.items()}
+    steps["terminated"] = steps["terminated"].astype(bool)
+    steps["truncated"] = steps["truncated"].astype(bool)
+    steps["rewards"] = steps["rewards"].astype(np.float64)
+    lengths = np.bincount(episode_of_row[keep], minlength=n).astype(np.int64)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    returns = np.array(
+        [
+            dataset.episode_return(steps["rewards"][s : s + k])
+            for s, k in zip(starts, lengths, strict=True)
+        ]
+    )
+    episodes = {
+        "seed": np.asarray(episode_seeds, dtype=np.int64),
+        "start": starts,
+        "length": lengths,
+        "return": returns,
+        "final_observation": final_obs,
+    }
+    return steps, episodes, info_end
+
+
+def _check_finite(obs: np.ndarray, env_id: str, slot_episode: np.ndarray) -> None:
+    if np.issubdtype(obs.dtype, np.floating) and not np.isfinite(obs).all():
+        bad = slot_episode[~np.isfinite(obs.reshape(len(obs), -1)).all(axis=1)]
+        raise RolloutError(
+            f"{env_id} returned a non-finite observation (NaN or inf) in episode(s) "
+            f"{sorted(int(e) for e in bad if e >= 0)} (positions in this shard)"
+        )
+
+
+def _record_info(
+    store: dict[str, np.ndarray],
+    info: Mapping[str, Any],
+    done: np.ndarray,
+    finished: np.ndarray,
+    n: int,
+) -> None:
+    """Keep numeric per-env info values at each episode's last step (vector-env info style)."""
+    for key, value in info.items():
+        if key.startswith("_") or key in ("final_obs", "final_info"):
+            continue
+        value = np.asarray(value)
+        if value.shape[:1] != done.shape or value.ndim != 1 or value.dtype.kind not in "biuf":
+            continue
+        mask = np.asarray(info.get(f"_{key}", np.ones_like(done)), dtype=bool) & done
+        if key not in store:
+            store[key] = np.full(n, np.nan)
+        store[key][finished[mask[done]]] = value[mask]
