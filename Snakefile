@@ -3,11 +3,14 @@
 # or on a cluster `snakemake --profile profiles/slurm`. See README.md.
 from snakemake.utils import min_version, validate
 
-
 min_version("9.0")
 
 
-configfile: "config/config.yaml"
+# --configfile replaces the default config (rather than merging into it); --config key=value
+# overrides single keys of whichever config is in effect
+if not workflow.overwrite_configfiles:
+
+    configfile: "config/config.yaml"
 
 
 validate(config, "config/schema.yaml")
@@ -18,6 +21,6 @@ include: "rules/collect.smk"
 
 
 rule all:
+    default_target: True
     input:
         f"{RESULTS}/demos/demos.h5",
-    default_target: True

@@ -15,6 +15,7 @@ import logging
 import math
 import os
 import time
+import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -117,11 +118,13 @@ class Run:
 
     def log_dataset(self, path: str | os.PathLike[str], digest: str, context: str) -> None:
         """Record a demonstration dataset as an MLflow dataset input, with its content hash."""
-        from mlflow.data.filesystem_dataset_source import FileSystemDatasetSource
+        from mlflow.data.dataset_source_registry import resolve_dataset_source
         from mlflow.data.meta_dataset import MetaDataset
         from mlflow.entities import InputTag
 
-        source = FileSystemDatasetSource(str(Path(path).resolve()))
+        with warnings.catch_warnings():  # "can be interpreted in multiple ways": all local files
+            warnings.simplefilter("ignore", UserWarning)
+            source = resolve_dataset_source(str(Path(path).resolve()))
         entity = MetaDataset(source, name=Path(path).name, digest=digest[:36])._to_mlflow_entity()
         tags = [InputTag(key="mlflow.data.context", value=context)]
         self.client.log_inputs(self.run_id, [DatasetInput(entity, tags)])

@@ -16,7 +16,7 @@ CAR_WIDTH = 2.0
 
 
 def render_rgb(track: Track, x: float, y: float, yaw: float, size: int = 400) -> np.ndarray:
-    """Top-down view of ``track`` with the car at (x, y, yaw): uint8 array of shape (size, size, 3)."""
+    """Top-down view of ``track`` with the car at (x, y, yaw): uint8 array (size, size, 3)."""
     pts = track.centreline
     margin = track.half_width + 2.0
     lo = pts.min(axis=0) - margin

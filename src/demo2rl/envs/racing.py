@@ -1,0 +1,451 @@
+"""Racing-v0: a batched kinematic-bicycle racing simulator and its gymnasium adapters.
+
+``RacingCore`` steps N cars at once with plain numpy on contiguous 1-D float64 arrays, one track
+per car. Every per-car result is bitwise independent of N and of the car's position in the batch
+(no BLAS, no reductions across cars, transcendental ufuncs only on contiguous 1-D inputs), so the
+single env (``RacingEnv``, N=1), the gymnasium vector env (``RacingVectorEnv``) and the SB3 VecEnv
+(``demo2rl.envs.sb3.RacingVecEnv``) produce identical numbers for the same seeds and actions.
+
+Observation (float32, ``3 + 3K`` values, K = ``N_LOOKAHEAD``)::
+
+    [0]              speed / max_speed                                  in [0, 1]
+    [1]              lateral offset / half_width (left positive)        |.| > 1 means off track
+    [2]              heading error: yaw - centreline heading, rad       in [-pi, pi)
+    [3 : 3+K]        lookahead x (forward) / lookahead range, car frame
+    [3+K : 3+2K]     lookahead y (left) / lookahead range, car frame
+    [3+2K : 3+3K]    centreline curvature at the lookahead points * CURVATURE_SCALE
+
+The lookahead points lie on the centreline at arc distances ``j * LOOKAHEAD_SPACING``
+(j = 0..K-1) ahead of the car's projection; the lookahead range is ``(K - 1) * LOOKAHEAD_SPACING``.
+
+Seeding: ``reset(seed=s)`` builds the track from seed ``s`` (the car always starts at arc length 0
+on the centreline, aligned, at rest) and reseeds that car's generator with ``s``. Unseeded resets
+(including autoresets) draw the next track seed from that generator in ``[2**30, 2**31)``, a range
+that explicitly seeded demo/eval runs (seeds < 2**30) never use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from gymnasium.utils import seeding
+from gymnasium.vector import AutoresetMode, VectorEnv
+
+from demo2rl.envs.render import render_rgb
+from demo2rl.envs.tracks import HALF_WIDTH, MIN_RADIUS_FACTOR, N_POINTS, TRACK_RADIUS, Track
+from demo2rl.envs.tracks import make_track as _make_track
+
+# fixed physics / observation constants (not env kwargs)
+DT = 0.1  # s per step (render_fps = 10)
+WHEELBASE = 2.5  # m
+MAX_STEER = 0.5  # rad, front-wheel angle at |action[0]| = 1
+SCRUB = 0.5  # speed lost per m/s^2 of lateral acceleration asked beyond grip (1/s) ...
+MAX_SCRUB = 8.0  # ... capped at this deceleration (m/s^2)
+N_LOOKAHEAD = 12  # K lookahead points
+LOOKAHEAD_SPACING = 4.0  # m between lookahead points
+LOOKAHEAD_RANGE = (N_LOOKAHEAD - 1) * LOOKAHEAD_SPACING  # m, scale of the lookahead coordinates
+CURVATURE_SCALE = 10.0  # m, curvature observations are kappa * CURVATURE_SCALE
+OBS_DIM = 3 + 3 * N_LOOKAHEAD
+UNSEEDED_LOW, UNSEEDED_HIGH = 2**30, 2**31  # track seeds drawn by unseeded resets
+_WINDOW = np.arange(-4, 12)  # centreline segments searched around the last one (local projection)
+
+
+@dataclass(frozen=True)
+class RacingParams:
+    """Env kwargs shared by all adapters (defaults are the Racing-v0 defaults)."""
+
+    max_episode_steps: int = 600  # truncation inside the core (the expert does ~2 laps)
+    half_width: float = HALF_WIDTH  # m, half the track width
+    track_radius: float = TRACK_RADIUS  # m, mean track radius (lap of ~350-400 m)
+    grip: float = 8.5  # m/s^2, lateral-acceleration limit mu*g
+    max_speed: float = 30.0  # m/s, top speed (quadratic drag balances max_accel there)
+    max_accel: float = 4.0  # m/s^2 at full throttle
+    max_brake: float = 8.0  # m/s^2 at full brake
+    progress_scale: float = 0.1  # reward per metre of centreline progress
+    off_track_penalty: float = 0.5  # reward subtracted per step with |offset| > half_width
+    off_track_limit: float = 3.0  # m beyond the edge at which the episode terminates
+
+
+DEFAULTS = RacingParams()
+
+
+def observation_space(params: RacingParams) -> spaces.Box:
+    """Finite Box containing every observation the core can return (it clips to these bounds)."""
+    k = N_LOOKAHEAD
+    reach = params.half_width + params.off_track_limit + params.max_speed * DT + 1.0
+    off = reach / params.half_width
+    pt = 1.0 + reach / LOOKAHEAD_RANGE
+    kap = 1.1 * CURVATURE_SCALE / (MIN_RADIUS_FACTOR * params.half_width)
+    low = np.array([0.0, -off, -np.pi] + [-pt] * (2 * k) + [-kap] * k, dtype=np.float32)
+    high = np.array([1.0, off, np.pi] + [pt] * (2 * k) + [kap] * k, dtype=np.float32)
+    return spaces.Box(low, high, dtype=np.float32)
+
+
+ACTION_SPACE = spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
+
+
+def _wrap(angle: np.ndarray) -> np.ndarray:
+    """Wrap angles to [-pi, pi) without transcendental functions."""
+    return np.mod(angle + np.pi, 2.0 * np.pi) - np.pi
+
+
+def track_seed_for(seed: int | None, rng: np.random.Generator) -> int:
+    """The explicit seed, or the next unseeded track seed drawn from ``rng``."""
+    if seed is not None:
+        return int(seed)
+    return int(rng.integers(UNSEEDED_LOW, UNSEEDED_HIGH))
+
+
+class CarSeeds:
+    """One generator per car, reseeded by explicit seeds like a gymnasium Env's ``np_random``."""
+
+    def __init__(self, n: int):
+        self.rngs: list[np.random.Generator | None] = [None] * n
+
+    def track_seeds(self, indices: Sequence[int], seeds: Sequence[int | None]) -> list[int]:
+        """Track seeds for ``indices`` (``seeds`` aligned with them; None = draw from the rng)."""
+        out = []
+        for i, seed in zip(indices, seeds, strict=True):
+            if seed is not None or self.rngs[i] is None:
+                self.rngs[i], _ = seeding.np_random(None if seed is None else int(seed))
+            out.append(track_seed_for(seed, self.rngs[i]))
+        return out
+
+
+class RacingCore:
+    """N cars on N tracks, stepped together. All state is per-car contiguous 1-D arrays."""
+
+    def __init__(self, num_cars: int, params: RacingParams = DEFAULTS):
+        n, m = int(num_cars), N_POINTS
+        self.n, self.m, self.params = n, m, params
+        self._drag = params.max_accel / params.max_speed**2
+        self.obs_space = observation_space(params)
+        self._obs_low = self.obs_space.low.astype(np.float64)
+        self._obs_high = self.obs_space.high.astype(np.float64)
+        self._ahead = np.arange(N_LOOKAHEAD, dtype=np.float64) * LOOKAHEAD_SPACING
+        self._base = np.arange(n, dtype=np.int64) * m  # offset of car i's track in the flat arrays
+        self._rows = np.arange(n)
+        self.tracks: list[Track | None] = [None] * n
+        # car state
+        self.x, self.y, self.yaw = np.zeros(n), np.zeros(n), np.zeros(n)
+        self.cos_yaw, self.sin_yaw = np.ones(n), np.zeros(n)
+        self.speed, self.s, self.lateral = np.zeros(n), np.zeros(n), np.zeros(n)
+        self.seg = np.zeros(n, dtype=np.int64)
+        self.progress, self.lap_time = np.zeros(n), np.full(n, np.nan)
+        self.laps = np.zeros(n, dtype=np.int64)
+        self.steps = np.zeros(n, dtype=np.int64)
+        self.track_seed = np.zeros(n, dtype=np.int64)
+        # tracks, flattened to (n * m,) so one fancy index gathers from every car's own track
+        self.length, self.ds = np.ones(n), np.ones(n)
+        self.cx, self.cy = np.zeros(n * m), np.zeros(n * m)  # centreline points
+        self.dcx, self.dcy = np.zeros(n * m), np.zeros(n * m)  # segment vectors p[j+1] - p[j]
+        self.ux, self.uy = np.zeros(n * m), np.zeros(n * m)  # unit segment directions
+        self.seg_len = np.ones(n * m)
+        self.head, self.dhead = np.zeros(n * m), np.zeros(n * m)  # heading and its wrapped step
+        self.kappa, self.dkappa = np.zeros(n * m), np.zeros(n * m)
+
+    def reset_cars(self, indices: Sequence[int], track_seeds: Sequence[int]) -> None:
+        """Put cars ``indices`` at the start of fresh tracks built from ``track_seeds``."""
+        p = self.params
+        for i, seed in zip(indices, track_seeds, strict=True):
+            track = _make_track(seed, radius=p.track_radius, half_width=p.half_width)
+            self._load_track(int(i), track)
+        idx = np.asarray(indices, dtype=np.int64)
+        self.x[idx] = self.cx[self._base[idx]]
+        self.y[idx] = self.cy[self._base[idx]]
+        self.yaw[idx] = self.head[self._base[idx]]
+        self.cos_yaw[idx] = np.cos(np.ascontiguousarray(self.yaw[idx]))
+        self.sin_yaw[idx] = np.sin(np.ascontiguousarray(self.yaw[idx]))
+        for arr in (self.speed, self.s, self.lateral, self.progress):
+            arr[idx] = 0.0
+        self.seg[idx] = 0
+        self.laps[idx] = 0
+        self.steps[idx] = 0
+        self.lap_time[idx] = np.nan
+
+    def _load_track(self, i: int, track: Track) -> None:
+        sl = slice(i * self.m, (i + 1) * self.m)
+        pts = track.centreline
+        seg = np.roll(pts, -1, axis=0) - pts
+        self.tracks[i] = track
+        self.track_seed[i] = track.seed
+        self.length[i] = track.length
+        self.ds[i] = track.length / self.m
+        self.cx[sl], self.cy[sl] = pts[:, 0], pts[:, 1]
+        self.dcx[sl], self.dcy[sl] = seg[:, 0], seg[:, 1]
+        self.ux[sl], self.uy[sl] = track.tangent[:, 0], track.tangent[:, 1]
+        self.seg_len[sl] = np.hypot(seg[:, 0], seg[:, 1])
+        self.head[sl] = track.heading
+        self.dhead[sl] = _wrap(np.roll(track.heading, -1) - track.heading)
+        self.kappa[sl] = track.curvature
+        self.dkappa[sl] = np.roll(track.curvature, -1) - track.curvature
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Advance every car by DT; returns (reward float64, terminated bool, truncated bool)."""
+        p = self.params
+        a = np.clip(np.asarray(actions, dtype=np.float64).reshape(self.n, 2), -1.0, 1.0)
+        steer = np.ascontiguousarray(a[:, 0]) * MAX_STEER
+        pedal = np.ascontiguousarray(a[:, 1])
+
+        # longitudinal: throttle or brake, quadratic drag, no reversing
+        v = self.speed
+        accel = np.where(pedal >= 0.0, pedal * p.max_accel, pedal * p.max_brake)
+        v = np.maximum(v + (accel - self._drag * v * v) * DT, 0.0)
+        # lateral: kinematic bicycle yaw rate, saturated by grip (the car slides wide and scrubs)
+        yaw_rate = v * np.tan(steer) / WHEELBASE
+        excess = np.abs(yaw_rate) * v - p.grip
+        limit = p.grip / np.maximum(v, 1e-6)
+        yaw_rate = np.clip(yaw_rate, -limit, limit)
+        scrub = np.minimum(SCRUB * np.maximum(excess, 0.0), MAX_SCRUB) * DT
+        v = np.maximum(v - scrub, 0.0)
+        self.speed = v
+        self.yaw = _wrap(self.yaw + yaw_rate * DT)
+        self.cos_yaw, self.sin_yaw = np.cos(self.yaw), np.sin(self.yaw)
+        self.x = self.x + v * self.cos_yaw * DT
+        self.y = self.y + v * self.sin_yaw * DT
+
+        # progress along the centreline (local search around the last segment)
+        s_old = self.s
+        self._project()
+        ds = self.s - s_old
+        ds = ds - self.length * np.round(ds / self.length)  # across the start/finish line
+        self.progress = self.progress + ds
+        laps = np.maximum(self.laps, np.floor(self.progress / self.length).astype(np.int64))
+        first = (laps >= 1) & np.isnan(self.lap_time)
+        if first.any():
+            before = self.progress - ds
+            frac = np.clip((self.length - before) / np.maximum(ds, 1e-9), 0.0, 1.0)
+            self.lap_time = np.where(first, (self.steps + frac) * DT, self.lap_time)
+        self.laps = laps
+        self.steps = self.steps + 1
+
+        off = np.abs(self.lateral)
+        reward = p.progress_scale * ds - p.off_track_penalty * (off > p.half_width)
+        terminated = off > p.half_width + p.off_track_limit
+        truncated = self.steps >= p.max_episode_steps
+        return reward, terminated, truncated
+
+    def _project(self) -> None:
+        """Nearest centreline segment within the window: updates seg, s and lateral."""
+        cand = (self.seg[:, None] + _WINDOW[None, :]) % self.m
+        flat = cand + self._base[:, None]
+        dx = self.x[:, None] - self.cx[flat]
+        dy = self.y[:, None] - self.cy[flat]
+        ux, uy, seg_len = self.ux[flat], self.uy[flat], self.seg_len[flat]
+        along = dx * ux + dy * uy
+        lat = ux * dy - uy * dx
+        t = np.clip(along / seg_len, 0.0, 1.0)
+        gap = along - t * seg_len
+        k = np.argmin(gap * gap + lat * lat, axis=1)
+        rows = self._rows
+        self.seg = cand[rows, k]
+        self.lateral = lat[rows, k]
+        self.s = (self.seg + t[rows, k]) * self.ds
+
+    def observe(self) -> np.ndarray:
+        """Observations of all cars, float32 (N, OBS_DIM), clipped to the observation space."""
+        k = N_LOOKAHEAD
+        pos = (self.s[:, None] + self._ahead[None, :]) / self.ds[:, None]
+        i0 = np.floor(pos)
+        frac = pos - i0
+        flat = i0.astype(np.int64) % self.m + self._base[:, None]
+        rx = self.cx[flat] + frac * self.dcx[flat] - self.x[:, None]
+        ry = self.cy[flat] + frac * self.dcy[flat] - self.y[:, None]
+        c, s = self.cos_yaw[:, None], self.sin_yaw[:, None]
+
+        here = self._base + self.seg
+        t_here = self.s / self.ds - self.seg
+        heading = self.head[here] + t_here * self.dhead[here]
+
+        out = np.empty((self.n, OBS_DIM))
+        out[:, 0] = self.speed / self.params.max_speed
+        out[:, 1] = self.lateral / self.params.half_width
+        out[:, 2] = _wrap(self.yaw - heading)
+        out[:, 3 : 3 + k] = (c * rx + s * ry) / LOOKAHEAD_RANGE
+        out[:, 3 + k : 3 + 2 * k] = (c * ry - s * rx) / LOOKAHEAD_RANGE
+        out[:, 3 + 2 * k :] = (self.kappa[flat] + frac * self.dkappa[flat]) * CURVATURE_SCALE
+        np.clip(out, self._obs_low, self._obs_high, out=out)
+        return out.astype(np.float32)
+
+    def info_arrays(self) -> dict[str, np.ndarray]:
+        """Per-car info values as arrays of shape (N,)."""
+        return {
+            "speed": self.speed.copy(),
+            "progress": self.progress.copy(),
+            "laps": self.laps.copy(),
+            "lap_time": self.lap_time.copy(),
+            "off_track": np.abs(self.lateral) > self.params.half_width,
+            "track_seed": self.track_seed.copy(),
+        }
+
+    def info(self, i: int) -> dict[str, Any]:
+        """Info dict of car ``i`` with Python scalars; ``lap_time`` only once a lap is done."""
+        info = {key: val[i].item() for key, val in self.info_arrays().items()}
+        if np.isnan(info["lap_time"]):
+            del info["lap_time"]  # NaN would break equality checks (gymnasium's check_env)
+        return info
+
+    def render(self, i: int, size: int = 400) -> np.ndarray:
+        """rgb_array frame of car ``i``."""
+        track = self.tracks[i]
+        if track is None:
+            raise RuntimeError("reset() before render()")
+        return render_rgb(track, self.x[i], self.y[i], self.yaw[i], size=size)
+
+
+class RacingEnv(gym.Env):
+    """Single-car Racing-v0 (the core with N=1). See the module docstring for obs and seeding."""
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["rgb_array"], "render_fps": 10}
+
+    def __init__(self, render_mode: str | None = None, **kwargs: Any):
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"unsupported render_mode {render_mode!r}")
+        self.render_mode = render_mode
+        self.params = RacingParams(**kwargs)
+        self.core = RacingCore(1, self.params)
+        self.observation_space = self.core.obs_space
+        self.action_space = ACTION_SPACE
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """New track from ``seed`` (or drawn from np_random in [2**30, 2**31) when None)."""
+        super().reset(seed=seed)
+        self.core.reset_cars([0], [track_seed_for(seed, self.np_random)])
+        return self.core.observe()[0], self.core.info(0)
+
+    def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """One DT step of the single car."""
+        if self.core.tracks[0] is None:
+            raise RuntimeError("reset() before step()")
+        reward, terminated, truncated = self.core.step(np.asarray(action).reshape(1, 2))
+        obs = self.core.observe()[0]
+        return obs, float(reward[0]), bool(terminated[0]), bool(truncated[0]), self.core.info(0)
+
+    def render(self) -> np.ndarray | None:
+        """Top-down rgb_array frame (None when render_mode is None)."""
+        return None if self.render_mode is None else self.core.render(0)
+
+
+def _vector_infos(arrays: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, Any]:
+    """gymnasium vector-style infos: values where ``mask`` and ``_key`` masks.
+
+    Entries outside the mask are 0, except ``lap_time``: NaN and unmasked until a lap is done.
+    """
+    infos: dict[str, Any] = {}
+    for key, val in arrays.items():
+        present = mask & ~np.isnan(val) if key == "lap_time" else mask
+        fill = np.array(np.nan if key == "lap_time" else 0, dtype=val.dtype)
+        infos[key] = np.where(present, val, fill)
+        infos[f"_{key}"] = present
+    return infos
+
+
+class RacingVectorEnv(VectorEnv):
+    """Batched Racing-v0 over one ``RacingCore``, with all three gymnasium autoreset modes.
+
+    ``reset(seed=..., options={"reset_mask": mask})`` resets only the masked cars (like
+    ``SyncVectorEnv``); ``seed`` may be None, an int (car i gets seed + i) or a list of N seeds.
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {
+        "render_modes": ["rgb_array"],
+        "render_fps": 10,
+        "autoreset_mode": AutoresetMode.NEXT_STEP,
+    }
+
+    def __init__(
+        self,
+        num_envs: int = 1,
+        *,
+        autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
+        render_mode: str | None = None,
+        **kwargs: Any,
+    ):
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"unsupported render_mode {render_mode!r}")
+        self.num_envs = int(num_envs)
+        self.autoreset_mode = AutoresetMode(autoreset_mode)
+        self.metadata = {**type(self).metadata, "autoreset_mode": self.autoreset_mode}
+        self.render_mode = render_mode
+        self.params = RacingParams(**kwargs)
+        self.core = RacingCore(self.num_envs, self.params)
+        self.single_observation_space = self.core.obs_space
+        self.single_action_space = ACTION_SPACE
+        self.observation_space = gym.vector.utils.batch_space(self.core.obs_space, self.num_envs)
+        self.action_space = gym.vector.utils.batch_space(ACTION_SPACE, self.num_envs)
+        self._seeds = CarSeeds(self.num_envs)
+        self._autoreset = np.zeros(self.num_envs, dtype=bool)
+
+    def reset(
+        self,
+        *,
+        seed: int | Sequence[int | None] | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Reset all cars, or only ``options["reset_mask"]`` ones; returns (obs, infos)."""
+        n = self.num_envs
+        if seed is None:
+            seeds: list[int | None] = [None] * n
+        elif isinstance(seed, int | np.integer):
+            seeds = [int(seed) + i for i in range(n)]
+        else:
+            seeds = list(seed)
+        if len(seeds) != n:
+            raise ValueError(f"expected {n} seeds, got {len(seeds)}")
+        mask = np.ones(n, dtype=bool)
+        if options is not None and "reset_mask" in options:
+            mask = np.asarray(options["reset_mask"])
+            if mask.shape != (n,) or mask.dtype != np.bool_ or not mask.any():
+                raise ValueError(f"reset_mask must be a bool array of shape ({n},) with a True")
+        idx = np.flatnonzero(mask)
+        self.core.reset_cars(idx, self._seeds.track_seeds(idx, [seeds[i] for i in idx]))
+        self._autoreset[idx] = False
+        return self.core.observe(), _vector_infos(self.core.info_arrays(), mask)
+
+    def step(
+        self, actions: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Step every car; finished cars are reset according to ``autoreset_mode``."""
+        if any(t is None for t in self.core.tracks):
+            raise RuntimeError("reset() before step()")
+        core = self.core
+        reward, terminated, truncated = core.step(actions)
+        all_cars = np.ones(self.num_envs, dtype=bool)
+        infos: dict[str, Any] = {}
+        if self.autoreset_mode == AutoresetMode.NEXT_STEP:
+            idx = np.flatnonzero(self._autoreset)
+            if idx.size:  # cars that finished last step restart now instead of stepping
+                core.reset_cars(idx, self._seeds.track_seeds(idx, [None] * idx.size))
+                reward[idx], terminated[idx], truncated[idx] = 0.0, False, False
+            obs = core.observe()
+        elif self.autoreset_mode == AutoresetMode.SAME_STEP:
+            obs = core.observe()
+            done = terminated | truncated
+            if done.any():
+                idx = np.flatnonzero(done)
+                final_obs = np.full(self.num_envs, None, dtype=object)
+                for i in idx:
+                    final_obs[i] = obs[i]
+                infos["final_obs"], infos["_final_obs"] = final_obs, done.copy()
+                infos["final_info"] = _vector_infos(core.info_arrays(), done)
+                infos["_final_info"] = done.copy()
+                core.reset_cars(idx, self._seeds.track_seeds(idx, [None] * idx.size))
+                obs = core.observe()
+        else:  # DISABLED: the caller resets finished cars with options={"reset_mask": ...}
+            obs = core.observe()
+        self._autoreset = terminated | truncated
+        infos.update(_vector_infos(core.info_arrays(), all_cars))
+        return obs, reward, terminated, truncated, infos
+
+    def render(self) -> tuple[np.ndarray, ...] | None:
+        """One rgb_array frame per car (None when render_mode is None)."""
+        if self.render_mode is None:
+            return None
+        return tuple(self.core.render(i) for i in range(self.num_envs))

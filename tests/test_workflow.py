@@ -1,0 +1,94 @@
+"""The real workflow, end to end, on the test config: outputs, logs and MLflow runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pytest
+import yaml
+from conftest import REPO, TEST_CONFIG, snakemake
+
+from demo2rl import dataset, seeds
+
+pytestmark = pytest.mark.integration
+CONFIG = yaml.safe_load(TEST_CONFIG.read_text())
+EXP = CONFIG["experiment"]
+
+
+def results(workdir: Path) -> Path:
+    return workdir / "results" / EXP
+
+
+def runs(workdir: Path):
+    mlflow.set_tracking_uri(f"sqlite:///{workdir / 'results' / 'mlflow.db'}")
+    return mlflow.search_runs(experiment_names=[EXP], output_format="list")
+
+
+def test_dataset_is_merged_from_the_shards(test_workflow: Path):
+    demos = dataset.read(results(test_workflow) / "demos" / "demos.h5", verify=True)
+    n = CONFIG["collect"]["n_episodes"]
+    assert demos.n_episodes == n
+    assert demos.episodes["seed"].tolist() == [seeds.demo_seed(CONFIG["seed"], e) for e in range(n)]
+    assert len(demos.attrs["shards"]) == CONFIG["collect"]["n_shards"]
+    assert demos.attrs["env_id"] == "Racing-v0"
+    assert demos.attrs["env_kwargs"] == CONFIG["task"]["env_kwargs"]
+    assert demos.attrs["expert"]["entry_point"] == CONFIG["task"]["expert"]["entry_point"]
+    assert {"numpy", "gymnasium", "h5py"} <= set(demos.attrs["versions"])
+    assert len(demos.attrs["code_revision"]["commit"]) == 40
+    assert len(demos.split["valid"]) == round(CONFIG["collect"]["valid_fraction"] * n)
+    assert np.all(demos.stats["obs_std"] >= 0)
+    assert np.isfinite(demos.episodes["return"]).all()
+    # no temporary files are left next to the outputs
+    assert not list((results(test_workflow) / "demos").glob(".*tmp*"))
+
+
+def test_every_job_logged_progress(test_workflow: Path):
+    logs = results(test_workflow) / "logs"
+    for shard in range(CONFIG["collect"]["n_shards"]):
+        text = (logs / "collect_shard" / f"{shard}.log").read_text()
+        assert "episodes" in text and "100%" in text
+    assert "done in" in (logs / "merge_demos.log").read_text()
+    assert (results(test_workflow) / "benchmarks" / "merge_demos.tsv").is_file()
+
+
+def test_mlflow_has_a_parent_run_and_a_child_per_job(test_workflow: Path):
+    all_runs = runs(test_workflow)
+    parents = [r for r in all_runs if r.data.tags.get("demo2rl.stage") == "workflow"]
+    assert len(parents) == 1
+    parent = parents[0]
+    assert parent.info.status == "FINISHED"
+    assert parent.data.params["collect.n_episodes"] == str(CONFIG["collect"]["n_episodes"])
+    children = {r.info.run_name: r for r in all_runs if r is not parent}
+    shards = [f"collect-shard{k}" for k in range(CONFIG["collect"]["n_shards"])]
+    assert set(children) == {*shards, "merge-demos"}
+    merged_hash = dataset.read(results(test_workflow) / "demos" / "demos.h5").attrs["content_hash"]
+    for run in children.values():
+        assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert run.info.status == "FINISHED"
+        assert run.data.tags["demo2rl.code_revision"]
+        assert run.data.metrics["expert_return_mean"] > 0
+        assert run.data.params["collect.n_shards"] == str(CONFIG["collect"]["n_shards"])
+        assert len(run.inputs.dataset_inputs) == 1
+    shard0 = children["collect-shard0"]
+    assert shard0.data.tags["demo2rl.stage"] == "collect"
+    assert shard0.data.tags["demo2rl.wildcard.shard"] == "0"
+    assert shard0.data.params["task.env_id"] == "Racing-v0"
+    assert shard0.data.metrics["steps_per_s"] > 0
+    assert children["merge-demos"].data.tags["demo2rl.dataset_hash"] == merged_hash
+
+
+def test_nothing_to_do_on_a_second_run(test_workflow: Path):
+    proc = snakemake(test_workflow, "-n", "--configfile", str(TEST_CONFIG))
+    assert "Nothing to be done" in proc.stdout + proc.stderr
+
+
+def test_classic_control_example_config_runs(tmp_path: Path):
+    config = REPO / "config" / "mountaincar.yaml"
+    snakemake(tmp_path, "--cores", "2", "--configfile", str(config))
+    spec = yaml.safe_load(config.read_text())
+    demos = dataset.read(tmp_path / "results" / spec["experiment"] / "demos" / "demos.h5")
+    assert demos.n_episodes == spec["collect"]["n_episodes"]
+    assert demos.attrs["env_id"] == "MountainCarContinuous-v0"
+    assert demos.episodes["return"].mean() > 80
