@@ -12,10 +12,10 @@ from demo2rl import collect, dataset, rollout, seeds, tasks
 
 sys.path.insert(0, str(Path(__file__).parent))  # user_tasks, a user's own task module
 
-RACING = {"env_id": "Racing-v0", "env_kwargs": {"max_episode_steps": 60}}
+RACING = {"env_id": "Racing-v0", "env_kwargs": {"max_steps": 60}}
 EXPERT = {
     "expert_entry_point": "demo2rl.experts.racing:pure_pursuit",
-    "expert_kwargs": {"margin": 0.7},
+    "expert_kwargs": {"margin": 0.65},
 }
 
 

@@ -21,6 +21,7 @@ from demo2rl.envs.racing import (
     WHEELBASE,
     RacingCore,
     RacingEnv,
+    RacingParams,
     RacingVectorEnv,
 )
 from demo2rl.envs.render import render_rgb
@@ -171,7 +172,7 @@ def test_reward_is_progress_and_off_track_penalty():
 
 
 def test_truncation_and_termination():
-    env = RacingEnv(max_episode_steps=7)
+    env = RacingEnv(max_steps=7)
     env.reset(seed=0)
     for t in range(7):
         _, _, term, trunc, _ = env.step(np.array([0.0, 0.2], dtype=np.float32))
@@ -190,7 +191,7 @@ def test_truncation_and_termination():
 
 
 def rollout_core(seeds, actions: np.ndarray, **kwargs) -> tuple[np.ndarray, np.ndarray]:
-    core = RacingCore(len(seeds), DEFAULTS.__class__(**kwargs))
+    core = RacingCore(len(seeds), RacingParams(**kwargs))
     core.reset_cars(range(len(seeds)), seeds)
     obs, rew = [core.observe()], []
     for a in actions:
@@ -262,7 +263,7 @@ def run_gym_vec(venv, seed, actions):
 
 @pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
 def test_vector_env_matches_sync_vector_env_of_single_envs(mode):
-    n, kw = 4, {"max_episode_steps": 40}
+    n, kw = 4, {"max_steps": 40}
     acts = action_table(130, n, seed=4)
     ref = SyncVectorEnv([lambda: RacingEnv(**kw) for _ in range(n)], autoreset_mode=mode)
     ours = RacingVectorEnv(n, autoreset_mode=mode, **kw)
@@ -281,7 +282,7 @@ def test_vector_env_matches_sync_vector_env_of_single_envs(mode):
 
 
 def test_three_adapters_agree_across_episode_ends():
-    n, kw, seed = 4, {"max_episode_steps": 40}, 77
+    n, kw, seed = 4, {"max_steps": 40}, 77
     acts = action_table(130, n, seed=5)
     _, r_vec, te_vec, tr_vec, _ = run_gym_vec(
         RacingVectorEnv(n, autoreset_mode=AutoresetMode.SAME_STEP, **kw), seed, acts
@@ -323,7 +324,7 @@ def test_three_adapters_agree_across_episode_ends():
 
 
 def test_partial_reset_with_mask_matches_sync_vector_env():
-    n, kw = 5, {"max_episode_steps": 25}
+    n, kw = 5, {"max_steps": 25}
     acts = action_table(80, n, seed=6)
     ref = SyncVectorEnv(
         [lambda: RacingEnv(**kw) for _ in range(n)], autoreset_mode=AutoresetMode.DISABLED
@@ -384,7 +385,7 @@ def test_vector_reset_seed_int_means_seed_plus_i():
 
 
 def test_next_step_autoreset_semantics():
-    vec = RacingVectorEnv(2, max_episode_steps=3)
+    vec = RacingVectorEnv(2, max_steps=3)
     vec.reset(seed=[1, 2])
     a = np.zeros((2, 2), dtype=np.float32)
     for _ in range(3):
@@ -397,7 +398,7 @@ def test_next_step_autoreset_semantics():
 
 
 def test_disabled_mode_does_not_reset():
-    vec = RacingVectorEnv(2, autoreset_mode="Disabled", max_episode_steps=2)
+    vec = RacingVectorEnv(2, autoreset_mode="Disabled", max_steps=2)
     vec.reset(seed=[1, 2])
     a = np.full((2, 2), 0.5, dtype=np.float32)
     vec.step(a)
@@ -444,7 +445,7 @@ def test_render_image():
 
 
 def test_sb3_vecenv_methods():
-    sb3 = RacingVecEnv(3, max_episode_steps=10)
+    sb3 = RacingVecEnv(3, max_steps=10)
     assert sb3.env_is_wrapped(gym.Wrapper) == [False] * 3
     assert sb3.get_attr("render_mode") == [None] * 3
     sb3.seed(5)

@@ -15,7 +15,7 @@ def run_expert(seeds: list[int], **expert_kwargs) -> dict[str, np.ndarray]:
     obs, _ = env.reset(seed=seeds)
     ret, off_steps = np.zeros(n), np.zeros(n, dtype=int)
     ever_terminated = np.zeros(n, dtype=bool)
-    for _ in range(DEFAULTS.max_episode_steps):
+    for _ in range(DEFAULTS.max_steps):
         obs, reward, terminated, truncated, info = env.step(pure_pursuit(obs, **expert_kwargs))
         ret += reward
         off_steps += info["off_track"]
@@ -36,7 +36,7 @@ def test_expert_laps_reliably_on_many_seeds():
     assert not out["terminated"].any()
     assert np.all(out["laps"] >= 1)
     assert out["has_lap_time"].all() and np.all(np.isfinite(out["lap_time"]))
-    assert out["off_steps"].sum() <= 0.01 * 64 * DEFAULTS.max_episode_steps
+    assert out["off_steps"].sum() <= 0.01 * 64 * DEFAULTS.max_steps
     assert np.all(out["return"] > 0.1 * 300)  # at least a lap's worth of progress reward
 
 

@@ -52,14 +52,13 @@ LOOKAHEAD_RANGE = (N_LOOKAHEAD - 1) * LOOKAHEAD_SPACING  # m, scale of the looka
 CURVATURE_SCALE = 10.0  # m, curvature observations are kappa * CURVATURE_SCALE
 OBS_DIM = 3 + 3 * N_LOOKAHEAD
 UNSEEDED_LOW, UNSEEDED_HIGH = 2**30, 2**31  # track seeds drawn by unseeded resets
-_WINDOW = np.arange(-4, 12)  # centreline segments searched around the last one (local projection)
 
 
 @dataclass(frozen=True)
 class RacingParams:
     """Env kwargs shared by all adapters (defaults are the Racing-v0 defaults)."""
 
-    max_episode_steps: int = 600  # truncation inside the core (the expert does ~2 laps)
+    max_steps: int = 600  # truncation inside the core (the expert does ~2 laps)
     half_width: float = HALF_WIDTH  # m, half the track width
     track_radius: float = TRACK_RADIUS  # m, mean track radius (lap of ~350-400 m)
     grip: float = 8.5  # m/s^2, lateral-acceleration limit mu*g
@@ -130,24 +129,26 @@ class RacingCore:
         self._ahead = np.arange(N_LOOKAHEAD, dtype=np.float64) * LOOKAHEAD_SPACING
         self._base = np.arange(n, dtype=np.int64) * m  # offset of car i's track in the flat arrays
         self._rows = np.arange(n)
+        # local projection window: a track is ≥ 2 pi track_radius long, so a car moving at
+        # max_speed (either way) passes < `reach` segments per step; search twice that around it
+        reach = int(np.ceil(params.max_speed * DT * m / (2.0 * np.pi * params.track_radius)))
+        self._window = np.arange(-2 * reach - 2, 2 * reach + 3)
         self.tracks: list[Track | None] = [None] * n
         # car state
         self.x, self.y, self.yaw = np.zeros(n), np.zeros(n), np.zeros(n)
         self.cos_yaw, self.sin_yaw = np.ones(n), np.zeros(n)
         self.speed, self.s, self.lateral = np.zeros(n), np.zeros(n), np.zeros(n)
-        self.seg = np.zeros(n, dtype=np.int64)
+        self.seg, self.t = np.zeros(n, dtype=np.int64), np.zeros(n)  # s = (seg + t) * ds
         self.progress, self.lap_time = np.zeros(n), np.full(n, np.nan)
         self.laps = np.zeros(n, dtype=np.int64)
         self.steps = np.zeros(n, dtype=np.int64)
         self.track_seed = np.zeros(n, dtype=np.int64)
-        # tracks, flattened to (n * m,) so one fancy index gathers from every car's own track
+        # tracks, flattened to n * m rows so one fancy index gathers from every car's own track
         self.length, self.ds = np.ones(n), np.ones(n)
-        self.cx, self.cy = np.zeros(n * m), np.zeros(n * m)  # centreline points
-        self.dcx, self.dcy = np.zeros(n * m), np.zeros(n * m)  # segment vectors p[j+1] - p[j]
-        self.ux, self.uy = np.zeros(n * m), np.zeros(n * m)  # unit segment directions
-        self.seg_len = np.ones(n * m)
-        self.head, self.dhead = np.zeros(n * m), np.zeros(n * m)  # heading and its wrapped step
-        self.kappa, self.dkappa = np.zeros(n * m), np.zeros(n * m)
+        # segment j: start point, unit direction, length (for the projection)
+        self.seg_table = np.zeros((n * m, 5))  # x, y, ux, uy, len
+        # point j and its increment to point j+1 (for interpolating lookahead points)
+        self.point_table = np.zeros((n * m, 8))  # x, dx, y, dy, kappa, dkappa, heading, dheading
 
     def reset_cars(self, indices: Sequence[int], track_seeds: Sequence[int]) -> None:
         """Put cars ``indices`` at the start of fresh tracks built from ``track_seeds``."""
@@ -156,12 +157,11 @@ class RacingCore:
             track = _make_track(seed, radius=p.track_radius, half_width=p.half_width)
             self._load_track(int(i), track)
         idx = np.asarray(indices, dtype=np.int64)
-        self.x[idx] = self.cx[self._base[idx]]
-        self.y[idx] = self.cy[self._base[idx]]
-        self.yaw[idx] = self.head[self._base[idx]]
+        start = self.point_table[self._base[idx]]
+        self.x[idx], self.y[idx], self.yaw[idx] = start[:, 0], start[:, 2], start[:, 6]
         self.cos_yaw[idx] = np.cos(np.ascontiguousarray(self.yaw[idx]))
         self.sin_yaw[idx] = np.sin(np.ascontiguousarray(self.yaw[idx]))
-        for arr in (self.speed, self.s, self.lateral, self.progress):
+        for arr in (self.speed, self.s, self.t, self.lateral, self.progress):
             arr[idx] = 0.0
         self.seg[idx] = 0
         self.laps[idx] = 0
@@ -176,19 +176,21 @@ class RacingCore:
         self.track_seed[i] = track.seed
         self.length[i] = track.length
         self.ds[i] = track.length / self.m
-        self.cx[sl], self.cy[sl] = pts[:, 0], pts[:, 1]
-        self.dcx[sl], self.dcy[sl] = seg[:, 0], seg[:, 1]
-        self.ux[sl], self.uy[sl] = track.tangent[:, 0], track.tangent[:, 1]
-        self.seg_len[sl] = np.hypot(seg[:, 0], seg[:, 1])
-        self.head[sl] = track.heading
-        self.dhead[sl] = _wrap(np.roll(track.heading, -1) - track.heading)
-        self.kappa[sl] = track.curvature
-        self.dkappa[sl] = np.roll(track.curvature, -1) - track.curvature
+        seg_len = np.hypot(np.ascontiguousarray(seg[:, 0]), np.ascontiguousarray(seg[:, 1]))
+        self.seg_table[sl] = np.column_stack([pts, track.tangent, seg_len])
+        kappa, head = track.curvature, track.heading
+        self.point_table[sl] = np.column_stack(
+            [
+                *(pts[:, 0], seg[:, 0], pts[:, 1], seg[:, 1]),
+                *(kappa, np.roll(kappa, -1) - kappa, head, _wrap(np.roll(head, -1) - head)),
+            ]
+        )
 
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Advance every car by DT; returns (reward float64, terminated bool, truncated bool)."""
         p = self.params
-        a = np.clip(np.asarray(actions, dtype=np.float64).reshape(self.n, 2), -1.0, 1.0)
+        a = np.asarray(actions, dtype=np.float64).reshape(self.n, 2)
+        a = np.minimum(np.maximum(a, -1.0), 1.0)
         steer = np.ascontiguousarray(a[:, 0]) * MAX_STEER
         pedal = np.ascontiguousarray(a[:, 1])
 
@@ -200,7 +202,7 @@ class RacingCore:
         yaw_rate = v * np.tan(steer) / WHEELBASE
         excess = np.abs(yaw_rate) * v - p.grip
         limit = p.grip / np.maximum(v, 1e-6)
-        yaw_rate = np.clip(yaw_rate, -limit, limit)
+        yaw_rate = np.minimum(np.maximum(yaw_rate, -limit), limit)
         scrub = np.minimum(SCRUB * np.maximum(excess, 0.0), MAX_SCRUB) * DT
         v = np.maximum(v - scrub, 0.0)
         self.speed = v
@@ -213,13 +215,13 @@ class RacingCore:
         s_old = self.s
         self._project()
         ds = self.s - s_old
-        ds = ds - self.length * np.round(ds / self.length)  # across the start/finish line
+        ds = ds - self.length * np.rint(ds / self.length)  # across the start/finish line
         self.progress = self.progress + ds
         laps = np.maximum(self.laps, np.floor(self.progress / self.length).astype(np.int64))
         first = (laps >= 1) & np.isnan(self.lap_time)
         if first.any():
             before = self.progress - ds
-            frac = np.clip((self.length - before) / np.maximum(ds, 1e-9), 0.0, 1.0)
+            frac = np.minimum(np.maximum((self.length - before) / np.maximum(ds, 1e-9), 0.0), 1.0)
             self.lap_time = np.where(first, (self.steps + frac) * DT, self.lap_time)
         self.laps = laps
         self.steps = self.steps + 1
@@ -227,25 +229,26 @@ class RacingCore:
         off = np.abs(self.lateral)
         reward = p.progress_scale * ds - p.off_track_penalty * (off > p.half_width)
         terminated = off > p.half_width + p.off_track_limit
-        truncated = self.steps >= p.max_episode_steps
+        truncated = self.steps >= p.max_steps
         return reward, terminated, truncated
 
     def _project(self) -> None:
         """Nearest centreline segment within the window: updates seg, s and lateral."""
-        cand = (self.seg[:, None] + _WINDOW[None, :]) % self.m
-        flat = cand + self._base[:, None]
-        dx = self.x[:, None] - self.cx[flat]
-        dy = self.y[:, None] - self.cy[flat]
-        ux, uy, seg_len = self.ux[flat], self.uy[flat], self.seg_len[flat]
+        cand = (self.seg[:, None] + self._window[None, :]) % self.m
+        g = self.seg_table[cand + self._base[:, None]]  # (N, W, 5)
+        ux, uy, seg_len = g[..., 2], g[..., 3], g[..., 4]
+        dx = self.x[:, None] - g[..., 0]
+        dy = self.y[:, None] - g[..., 1]
         along = dx * ux + dy * uy
         lat = ux * dy - uy * dx
-        t = np.clip(along / seg_len, 0.0, 1.0)
+        t = np.minimum(np.maximum(along / seg_len, 0.0), 1.0)
         gap = along - t * seg_len
         k = np.argmin(gap * gap + lat * lat, axis=1)
         rows = self._rows
         self.seg = cand[rows, k]
+        self.t = t[rows, k]
         self.lateral = lat[rows, k]
-        self.s = (self.seg + t[rows, k]) * self.ds
+        self.s = (self.seg + self.t) * self.ds
 
     def observe(self) -> np.ndarray:
         """Observations of all cars, float32 (N, OBS_DIM), clipped to the observation space."""
@@ -253,14 +256,12 @@ class RacingCore:
         pos = (self.s[:, None] + self._ahead[None, :]) / self.ds[:, None]
         i0 = np.floor(pos)
         frac = pos - i0
-        flat = i0.astype(np.int64) % self.m + self._base[:, None]
-        rx = self.cx[flat] + frac * self.dcx[flat] - self.x[:, None]
-        ry = self.cy[flat] + frac * self.dcy[flat] - self.y[:, None]
+        g = self.point_table[i0.astype(np.int64) % self.m + self._base[:, None]]  # (N, K, 8)
+        rx = g[..., 0] + frac * g[..., 1] - self.x[:, None]
+        ry = g[..., 2] + frac * g[..., 3] - self.y[:, None]
         c, s = self.cos_yaw[:, None], self.sin_yaw[:, None]
-
-        here = self._base + self.seg
-        t_here = self.s / self.ds - self.seg
-        heading = self.head[here] + t_here * self.dhead[here]
+        here = self.point_table[self._base + self.seg]
+        heading = here[:, 6] + self.t * here[:, 7]
 
         out = np.empty((self.n, OBS_DIM))
         out[:, 0] = self.speed / self.params.max_speed
@@ -268,8 +269,8 @@ class RacingCore:
         out[:, 2] = _wrap(self.yaw - heading)
         out[:, 3 : 3 + k] = (c * rx + s * ry) / LOOKAHEAD_RANGE
         out[:, 3 + k : 3 + 2 * k] = (c * ry - s * rx) / LOOKAHEAD_RANGE
-        out[:, 3 + 2 * k :] = (self.kappa[flat] + frac * self.dkappa[flat]) * CURVATURE_SCALE
-        np.clip(out, self._obs_low, self._obs_high, out=out)
+        out[:, 3 + 2 * k :] = (g[..., 4] + frac * g[..., 5]) * CURVATURE_SCALE
+        np.minimum(np.maximum(out, self._obs_low, out=out), self._obs_high, out=out)
         return out.astype(np.float32)
 
     def info_arrays(self) -> dict[str, np.ndarray]:
@@ -285,9 +286,15 @@ class RacingCore:
 
     def info(self, i: int) -> dict[str, Any]:
         """Info dict of car ``i`` with Python scalars; ``lap_time`` only once a lap is done."""
-        info = {key: val[i].item() for key, val in self.info_arrays().items()}
-        if np.isnan(info["lap_time"]):
-            del info["lap_time"]  # NaN would break equality checks (gymnasium's check_env)
+        info = {
+            "speed": float(self.speed[i]),
+            "progress": float(self.progress[i]),
+            "laps": int(self.laps[i]),
+            "off_track": bool(abs(self.lateral[i]) > self.params.half_width),
+            "track_seed": int(self.track_seed[i]),
+        }
+        if not np.isnan(self.lap_time[i]):  # NaN would break equality checks (check_env)
+            info["lap_time"] = float(self.lap_time[i])
         return info
 
     def render(self, i: int, size: int = 400) -> np.ndarray:

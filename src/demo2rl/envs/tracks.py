@@ -34,7 +34,7 @@ class Track:
     seed: int
 
 
-def _harmonic_sums(theta: np.ndarray, amp: np.ndarray, phase: np.ndarray):
+def _harmonic_sums(theta: np.ndarray, amp: np.ndarray, phase: np.ndarray) -> tuple:
     """Σ a_k cos, Σ a_k k sin, Σ a_k k² cos of (k θ + φ_k): r(θ)/R - 1 and its derivatives."""
     k = np.asarray(HARMONICS, dtype=np.float64)[:, None]
     arg = k * theta[None, :] + phase[:, None]
@@ -43,7 +43,9 @@ def _harmonic_sums(theta: np.ndarray, amp: np.ndarray, phase: np.ndarray):
     return (a * c).sum(axis=0), (a * k * s).sum(axis=0), (a * k * k * c).sum(axis=0)
 
 
-def _curve(theta: np.ndarray, sums: tuple, f: np.ndarray | float, radius: float, points=True):
+def _curve(
+    theta: np.ndarray, sums: tuple, f: np.ndarray | float, radius: float, points: bool = True
+) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
     """Points, |dP/dθ| and signed curvature of r = R (1 + f Σ a_k cos(k θ + φ_k)).
 
     ``f`` may be a column of amplitude factors, giving one curve per row (then use points=False).
@@ -117,9 +119,12 @@ def make_track(
     centre, _, kappa_u = _curve(theta_u, _harmonic_sums(theta_u, amp, phase), f, radius)
 
     seg = np.roll(centre, -1, axis=0) - centre
-    seg_len = np.hypot(seg[:, 0], seg[:, 1])
-    tangent = seg / seg_len[:, None]
-    heading = np.arctan2(tangent[:, 1], tangent[:, 0])
+    seg_x, seg_y = np.ascontiguousarray(seg[:, 0]), np.ascontiguousarray(seg[:, 1])
+    seg_len = np.hypot(seg_x, seg_y)
+    tangent = np.stack([seg_x / seg_len, seg_y / seg_len], axis=1)
+    heading = np.arctan2(seg_y / seg_len, seg_x / seg_len)
+    for arr in (centre, tangent, heading, kappa_u):
+        arr.flags.writeable = False
     return Track(
         centreline=centre,
         tangent=tangent,
