@@ -18,9 +18,15 @@ validate(config, "config/schema.yaml")
 
 include: "rules/common.smk"
 include: "rules/collect.smk"
+include: "rules/bc.smk"
+include: "rules/rl.smk"
 
 
 rule all:
     default_target: True
     input:
         f"{RESULTS}/demos/demos.h5",
+        f"{RESULTS}/bc/policy.pt",
+        expand(
+            f"{RESULTS}/rl/{{init}}/seed-{{seed}}/policy.pt", init=INITS, seed=RL_SEEDS
+        ),

@@ -10,6 +10,34 @@ except config_checks.ConfigError as err:
 
 RESULTS = f"results/{config['experiment']}"
 SHARDS = range(config["collect"]["n_shards"])
+INITS = ["bc", "scratch"]
+RL_SEEDS = config["rl"]["seeds"]
+
+
+wildcard_constraints:
+    shard=r"\d+",
+    init="|".join(INITS),
+    seed=r"\d+",
+
+
+def rl_inputs(wildcards):
+    """The dataset for both arms (normalisation statistics), the clone for the bc arm."""
+    inputs = {"demos": f"{RESULTS}/demos/demos.h5"}
+    if wildcards.init == "bc":
+        inputs["bc"] = f"{RESULTS}/bc/policy.pt"
+    return inputs
+
+
+def rl_params(wildcards):
+    """The rl slice a run depends on: not the seed list (adding a seed must not rerun the
+    others), and warm-start settings only for the bc arm."""
+    skip = {"seeds"} | ({"warm_start"} if wildcards.init == "scratch" else set())
+    return {k: v for k, v in config["rl"].items() if k not in skip}
+
+
+def gpus(device):
+    """The standard `gpu` resource: 1 when the config asks for a CUDA device."""
+    return 1 if str(device).startswith("cuda") else 0
 
 
 def code(*modules):

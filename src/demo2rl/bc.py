@@ -45,7 +45,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -239,18 +239,11 @@ def _train(
         log.warning("empty validation split: early stopping on the training NLL")
     for epoch in range(1, cfg["max_epochs"] + 1):
         epoch_start = time.perf_counter()
-        policy.train()
-        nll_sum = torch.zeros((), device=device)
-        for obs, actions in train.batches(cfg["batch_size"], generator):
-            loss, nll, _ = bc_loss(
-                policy, obs, actions, ent_coef=cfg["ent_coef"], l2_coef=cfg["l2_coef"]
-            )
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            nll_sum += nll * len(obs)
+        batches = train.batches(cfg["batch_size"], generator)
+        train_nll, _ = train_epoch(
+            policy, optimizer, batches, ent_coef=cfg["ent_coef"], l2_coef=cfg["l2_coef"]
+        )
         train_seconds = time.perf_counter() - epoch_start
-        train_nll = float(nll_sum) / train.n
         valid_nll = evaluate_nll(policy, valid) if valid.n else math.nan
         record = {
             "epoch": epoch,
@@ -307,6 +300,27 @@ def _train(
         dataset_hash=data.demos.attrs.get("content_hash"),
         seconds=time.perf_counter() - start_time,
     )
+
+
+def train_epoch(
+    policy: ActorCriticPolicy,
+    optimizer: torch.optim.Optimizer,
+    batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
+    *,
+    ent_coef: float = 0.0,
+    l2_coef: float = 0.0,
+) -> tuple[float, int]:
+    """One pass of Adam steps on :func:`bc_loss` over ``batches``; returns (mean NLL, samples)."""
+    policy.train()
+    nll_sum, n = None, 0
+    for obs, actions in batches:
+        loss, nll, _ = bc_loss(policy, obs, actions, ent_coef=ent_coef, l2_coef=l2_coef)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        nll_sum = nll * len(obs) if nll_sum is None else nll_sum + nll * len(obs)
+        n += len(obs)
+    return (float(nll_sum) / n if n else math.nan), n  # one device sync per epoch
 
 
 def evaluate_nll(policy: ActorCriticPolicy, loader: _MemoryLoader | _StreamLoader) -> float:
@@ -388,6 +402,7 @@ class _Data:
     demos: Demos  # steps hold the observation/action columns, maybe as h5py datasets
     train_mask: np.ndarray  # per step row: in the training split
     valid_mask: np.ndarray
+    _columns: tuple[np.ndarray, np.ndarray] | None = dataclasses.field(default=None, repr=False)
 
     @property
     def observations(self) -> Any:
@@ -426,9 +441,10 @@ class _Data:
         self, mask: np.ndarray, normalizer: ObsNormalizer, act_space: gym.Space
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The masked rows as (normalised observation, policy action) tensors."""
-        obs = self.observations[()][mask]
-        actions = self.actions[()][mask]
-        return _to_tensors(obs, actions, normalizer, act_space)
+        if self._columns is None:  # one read of each whole column (a no-op for numpy)
+            self._columns = (self.observations[()], self.actions[()])
+        obs, actions = self._columns
+        return _to_tensors(obs[mask], actions[mask], normalizer, act_space)
 
 
 @contextlib.contextmanager
@@ -448,6 +464,9 @@ def _open_data(demos: Demos | str | os.PathLike[str]) -> Iterator[_Data]:
         try:
             if f.attrs.get("format") != dataset.FORMAT:
                 raise DatasetError(path, f"not a {dataset.FORMAT} file")
+            if f.attrs.get("format_version") != dataset.FORMAT_VERSION:
+                version = f.attrs.get("format_version")
+                raise DatasetError(path, f"format version {version}, not {dataset.FORMAT_VERSION}")
             attrs = {k: _decode(v) for k, v in f.attrs.items()}
             steps = {k: f["steps"][k] for k in ("observations", "actions")}
             episodes = {k: f["episodes"][k][()] for k in ("start", "length")}
@@ -503,8 +522,8 @@ class _MemoryLoader:
         self.obs = obs.pin_memory() if pin else obs
         self.actions = actions.pin_memory() if pin else actions
         # the shuffled copy each epoch is gathered into (pinned too, so copies are async)
-        self._obs_buf = torch.empty_like(self.obs, pin_memory=pin)
-        self._act_buf = torch.empty_like(self.actions, pin_memory=pin)
+        self._obs_buf = torch.empty(self.obs.shape, dtype=self.obs.dtype, pin_memory=pin)
+        self._act_buf = torch.empty(self.actions.shape, dtype=self.actions.dtype, pin_memory=pin)
 
     def batches(
         self, batch_size: int, generator: torch.Generator | None
@@ -512,6 +531,8 @@ class _MemoryLoader:
         """Shuffled batches (in order when ``generator`` is None)."""
         obs, actions = self.obs, self.actions
         if generator is not None:
+            if self.device.type == "cuda":  # last epoch's async copies may still read the buffer
+                torch.cuda.current_stream(self.device).synchronize()
             perm = torch.randperm(self.n, generator=generator)
             obs = torch.index_select(self.obs, 0, perm, out=self._obs_buf)
             actions = torch.index_select(self.actions, 0, perm, out=self._act_buf)

@@ -34,5 +34,17 @@ def evaluate(
     } | {f"info.{k}": v for k, v in info.items()}
 
 
-def mean_return(result: Mapping[str, np.ndarray]) -> float:
-    return float(np.mean(result["return"]))
+def summary(result: Mapping[str, np.ndarray]) -> dict[str, float]:
+    """Means over episodes (NaN-aware for info values such as lap time), plus the return's std."""
+    out = {
+        "return_mean": float(np.mean(result["return"])),
+        "return_std": float(np.std(result["return"])),
+    }
+    for key, values in result.items():
+        if key not in ("seed", "return"):
+            values = np.asarray(values, dtype=np.float64)
+            name = key.removeprefix("info.")
+            out[f"{name}_mean"] = (
+                float(np.nanmean(values)) if np.isfinite(values).any() else float("nan")
+            )
+    return out

@@ -162,15 +162,21 @@ def build_policy(
     """The ``ActorCriticPolicy`` PPO's ``MlpPolicy`` builds for this config (on the CPU).
 
     ``action_space`` is the env's; the network acts in :func:`policy_action_space`. Weights are
-    initialised from torch's global generator (seed it, or use ``torch.random.fork_rng``).
+    initialised from torch's global generator (seed it, or use ``torch.random.fork_rng``), with
+    one thread so that they do not depend on the thread count.
     """
-    return ActorCriticPolicy(
-        observation_space,
-        policy_action_space(action_space),
-        ConstantSchedule(0.0),  # BC and PPO each make their own optimiser
-        use_sde=False,
-        **sb3_policy_kwargs(policy_cfg),
-    )
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the orthogonal init's QR rounds differently with more threads
+    try:
+        return ActorCriticPolicy(
+            observation_space,
+            policy_action_space(action_space),
+            ConstantSchedule(0.0),  # BC and PPO each make their own optimiser
+            use_sde=False,
+            **sb3_policy_kwargs(policy_cfg),
+        )
+    finally:
+        torch.set_num_threads(threads)
 
 
 def space_from_description(desc: Mapping[str, Any]) -> gym.Space:

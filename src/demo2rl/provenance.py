@@ -21,6 +21,8 @@ PACKAGES = (
     "snakemake",
 )
 _SRC = Path(__file__).resolve().parent
+RESULT_NEUTRAL = frozenset({"demo2rl.tracking", "demo2rl.provenance", "demo2rl.jobs"})
+"""Modules that cannot change a result (tracking, provenance records): not fingerprinted."""
 
 
 def versions() -> dict[str, str]:
@@ -56,11 +58,22 @@ def code_fingerprint(*modules: str) -> str:
     in a rule's ``params`` makes an edit to any module a stage uses rerun that stage. Comments,
     docstrings and formatting do not count: the hash is taken over the parsed syntax tree.
     """
+    digest = hashlib.sha256()
+    for name, path in sorted(code_modules(*modules).items()):
+        digest.update(name.encode())
+        digest.update(_normalised_source(path).encode())
+    return digest.hexdigest()[:16]
+
+
+def code_modules(*modules: str) -> dict[str, Path]:
+    """The demo2rl modules ``modules`` import, transitively (themselves included): name -> file."""
     seen: dict[str, Path] = {}
     todo = list(modules)
     while todo:
         name = todo.pop()
-        if name in seen or not (name == "demo2rl" or name.startswith("demo2rl.")):
+        if name in seen or name in RESULT_NEUTRAL:
+            continue
+        if not (name == "demo2rl" or name.startswith("demo2rl.")):
             continue
         path = _module_path(name)
         if path is None:
@@ -68,15 +81,12 @@ def code_fingerprint(*modules: str) -> str:
         seen[name] = path
         tree = ast.parse(path.read_text(), filename=str(path))
         todo.extend(_imports(tree, name, is_package=path.name == "__init__.py"))
-        if path.name == "__init__.py":  # a package registers its modules by name (entry points)
+        if path.name == "__init__.py" and name != "demo2rl":
+            # a subpackage may register its modules by name (gymnasium entry points): take them all
             todo.extend(
                 f"{name}.{p.stem}" for p in path.parent.glob("*.py") if p.stem != "__init__"
             )
-    digest = hashlib.sha256()
-    for name in sorted(seen):
-        digest.update(name.encode())
-        digest.update(_normalised_source(seen[name]).encode())
-    return digest.hexdigest()[:16]
+    return seen
 
 
 def _module_path(name: str) -> Path | None:

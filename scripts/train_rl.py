@@ -1,0 +1,32 @@
+"""Rule train_rl: PPO from the clone (init=bc) or from scratch, one seed; resumable."""
+
+import sys
+
+from demo2rl import rl
+from demo2rl.jobs import job
+from demo2rl.stages import rl as stage
+
+p, wc = snakemake.params, snakemake.wildcards
+try:
+    with job(snakemake, stage="rl", run_name=f"rl-{wc.init}-seed{wc.seed}") as run:
+        stage.train_rl(
+            init=wc.init,
+            run_seed=int(wc.seed),
+            demos_path=snakemake.input.demos,
+            bc_checkpoint=snakemake.input.get("bc"),
+            policy_out=snakemake.output.policy,
+            progress_out=snakemake.output.progress,
+            evaluations_out=snakemake.output.evaluations,
+            state_dir=p.state_dir,
+            task=p.task,
+            policy_cfg=p.policy,
+            rl_cfg=p.rl,
+            eval_cfg=p.evaluate,
+            seed=p.seed,
+            clip_obs=p.clip_obs,
+            threads=snakemake.threads,
+            run=run,
+        )
+except rl.Preempted as stop:
+    print(f"{stop}; rerun the workflow to resume", file=sys.stderr)
+    sys.exit(rl.PREEMPTED_EXIT_CODE)

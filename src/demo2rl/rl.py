@@ -1,0 +1,413 @@
+"""Reinforcement learning with PPO, warm-started from the behaviour clone or from scratch.
+
+Both arms run the same code with the same hyperparameters and budget; only the initial weights
+differ. Everything the warm start does is a config switch (``rl.warm_start``), so its effect can be
+measured:
+
+* the BC checkpoint is loaded strictly into ``model.policy`` (same ``policy`` config), under the
+  same frozen observation normalisation (an SB3 ``VecNormalize`` with ``training=False``; the
+  scratch arm uses the same statistics, from the dataset's training split);
+* ``critic_warmup_steps``: the actor is frozen while the value function learns from the clone's
+  own rollouts, so the first policy updates use a sensible advantage baseline;
+* ``log_std``: the clone's learned (small) standard deviation can be raised so exploration reaches
+  beyond the expert (null keeps it);
+* ``bc_coef``/``bc_decay``: after every PPO update, steps on the BC loss over the demonstrations,
+  weighted by a coefficient that decays linearly to zero over the first ``bc_decay`` of training.
+
+Runs are resumable: every ``checkpoint_every`` env steps (and on SIGTERM, e.g. a SLURM preemption)
+the model and the run's state are saved atomically to a state directory beside the outputs; a
+restarted job continues from there and stops at ``total_timesteps``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import signal
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pandas as pd
+import torch
+from stable_baselines3 import PPO
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.logger import CSVOutputFormat, KVWriter, Logger
+from stable_baselines3.common.vec_env import VecEnv, VecNormalize
+
+from demo2rl import bc, dataset, evaluation, io, policy, seeds, tasks, vec
+
+log = logging.getLogger(__name__)
+
+PREEMPTED_EXIT_CODE = 75
+"""Exit status of a job stopped by SIGTERM after saving its checkpoint (EX_TEMPFAIL)."""
+
+
+@dataclasses.dataclass
+class RLResult:
+    """What a finished run produced."""
+
+    model: PPO
+    normalizer: policy.ObsNormalizer
+    evaluations: list[dict[str, float]]
+    timesteps: int
+    resumed: int
+
+
+class Preempted(Exception):
+    """The run received SIGTERM; its checkpoint is saved and rerunning the job resumes it."""
+
+
+# --------------------------------------------------------------------------------------------
+# SB3 logger outputs: progress lines in the job's log, and a batched metrics sink (MLflow)
+
+
+class LogLines(KVWriter):
+    """One line per rollout in the job's log: step, fps, return and the losses."""
+
+    KEYS = ("rollout/ep_rew_mean", "time/fps", "train/loss", "train/approx_kl", "eval/return_mean")
+
+    def __init__(self, total_timesteps: int) -> None:
+        self.total = total_timesteps
+
+    def write(self, key_values: dict[str, Any], key_excluded: Any, step: int = 0) -> None:
+        shown = " ".join(
+            f"{k.split('/')[1]}={key_values[k]:.4g}" for k in self.KEYS if k in key_values
+        )
+        log.info("step %d/%d (%.0f%%) %s", step, self.total, 100 * step / self.total, shown)
+
+    def close(self) -> None:
+        pass
+
+
+class MetricsSink(KVWriter):
+    """Sends every rollout's numeric metrics in ONE call of ``log_fn(metrics, step)``."""
+
+    def __init__(self, log_fn: Callable[[dict[str, float], int], None]) -> None:
+        self.log_fn = log_fn
+
+    def write(self, key_values: dict[str, Any], key_excluded: Any, step: int = 0) -> None:
+        numeric = {
+            k: float(v)
+            for k, v in key_values.items()
+            if isinstance(v, (int, float, np.number)) and not isinstance(v, bool)
+        }
+        if numeric:
+            self.log_fn(numeric, step)
+
+    def close(self) -> None:
+        pass
+
+
+# --------------------------------------------------------------------------------------------
+# PPO with the decaying BC term
+
+
+class RegularisedPPO(PPO):
+    """PPO whose every update is followed by steps on ``bc_coef(t) * BC loss`` (demonstrations).
+
+    With no demonstrations attached (``set_bc_data`` not called) it is exactly SB3's PPO.
+    """
+
+    bc_data: tuple[torch.Tensor, torch.Tensor] | None = None
+    bc_coef: float = 0.0
+    bc_decay: float = 0.5
+    total_budget: int = 1
+
+    def set_bc_data(
+        self, obs: torch.Tensor, actions: torch.Tensor, coef: float, decay: float, total: int
+    ) -> None:
+        self.bc_data, self.bc_coef, self.bc_decay, self.total_budget = (
+            (obs, actions),
+            coef,
+            decay,
+            total,
+        )
+
+    def current_bc_coef(self) -> float:
+        """``bc_coef`` decaying linearly to 0 at ``bc_decay`` of the budget."""
+        done = self.num_timesteps / max(1, self.total_budget)
+        return self.bc_coef * max(0.0, 1.0 - done / self.bc_decay) if self.bc_decay > 0 else 0.0
+
+    def train(self) -> None:
+        super().train()
+        coef = self.current_bc_coef()
+        if self.bc_data is None or coef <= 0:
+            return
+        obs, actions = self.bc_data
+        steps = max(1, self.rollout_buffer.buffer_size * self.n_envs // self.batch_size)
+        nll_sum = 0.0
+        for _ in range(steps):
+            idx = torch.randint(len(obs), (self.batch_size,), device=obs.device)
+            loss, nll, _ = bc.bc_loss(self.policy, obs[idx], actions[idx])
+            self.policy.optimizer.zero_grad()
+            (coef * loss).backward()
+            torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
+            self.policy.optimizer.step()
+            nll_sum += float(nll)
+        self.logger.record("train/bc_coef", coef)
+        self.logger.record("train/bc_nll", nll_sum / steps)
+
+    def _excluded_save_params(self) -> list[str]:
+        return [*super()._excluded_save_params(), "bc_data"]
+
+
+# --------------------------------------------------------------------------------------------
+# callbacks: evaluation on held-out episodes, checkpoints, SIGTERM
+
+
+class Checkpointing(BaseCallback):
+    """At each rollout start (after an update): evaluate, checkpoint, honour SIGTERM."""
+
+    def __init__(self, run: _Run) -> None:
+        super().__init__()
+        self.run = run
+        self.stop = False
+        self.steps_at_rollout_start = 0
+
+    def _on_rollout_start(self) -> None:
+        self.steps_at_rollout_start = self.num_timesteps
+        self.run.maybe_evaluate(self.num_timesteps)
+        self.run.maybe_checkpoint(self.num_timesteps)
+
+    def _on_step(self) -> bool:
+        return not self.stop
+
+
+@dataclasses.dataclass
+class _Run:
+    """The mutable state of one training run and its state directory."""
+
+    model: PPO
+    state_dir: Path
+    cfg: dict[str, Any]
+    evaluate: Callable[[], dict[str, float]]
+    evaluations: list[dict[str, float]]
+    resumed: int
+    last_eval: int = -1
+    last_checkpoint: int = 0
+
+    def maybe_evaluate(self, step: int, force: bool = False) -> None:
+        if not force and self.last_eval >= 0 and step - self.last_eval < self.cfg["eval_every"]:
+            return
+        row = {"step": float(step), **self.evaluate()}
+        self.evaluations.append(row)
+        self.last_eval = step
+        for key, value in row.items():
+            if key != "step":
+                self.model.logger.record(f"eval/{key}", value)
+        log.info("eval at step %d: return %.2f", step, row["return_mean"])
+
+    def maybe_checkpoint(self, step: int, force: bool = False) -> None:
+        if force or step - self.last_checkpoint >= self.cfg["checkpoint_every"]:
+            self.save(step)
+
+    def save(self, step: int) -> None:
+        """Model then state, each atomically: a kill in between loses nothing that matters."""
+        self.model.num_timesteps = step
+        with io.atomic_path(self.state_dir / "model.zip") as tmp, open(tmp, "wb") as fh:
+            self.model.save(fh)
+        state = {"timesteps": step, "evaluations": self.evaluations, "resumed": self.resumed}
+        io.write_json(self.state_dir / "state.json", state)
+        self.last_checkpoint = step
+        log.info("checkpoint at step %d -> %s", step, self.state_dir)
+
+
+# --------------------------------------------------------------------------------------------
+# the run
+
+
+def make_training_env(
+    env_id: str,
+    env_kwargs: Mapping[str, Any],
+    rl_cfg: Mapping[str, Any],
+    normalizer: policy.ObsNormalizer,
+    n_workers: int,
+) -> VecNormalize:
+    """The RL vector env: n_envs envs (native, dummy or subproc), frozen obs normalisation."""
+    probe = tasks.make_env(env_id, env_kwargs)
+    wrap = _rescale_wrapper if policy.needs_rescale(probe.action_space) else None
+    probe.close()
+    venv: VecEnv = vec.make_vec_env(
+        env_id, env_kwargs, rl_cfg["n_envs"], rl_cfg["vec_env"], n_workers=n_workers, wrap=wrap
+    )
+    normed = VecNormalize(
+        venv,
+        training=False,
+        norm_obs=True,
+        norm_reward=False,
+        clip_obs=normalizer.clip_obs,
+        epsilon=normalizer.epsilon,
+    )
+    normalizer.apply_to(normed)
+    return normed
+
+
+def _rescale_wrapper(env: gym.Env) -> gym.Env:
+    return gym.wrappers.RescaleAction(env, -1.0, 1.0)
+
+
+def dataset_normalizer(demos: dataset.Demos, clip_obs: float) -> policy.ObsNormalizer:
+    """The frozen normalisation of the training split (what BC fits), from the dataset stats."""
+    std = demos.stats["obs_std"]
+    return policy.ObsNormalizer(demos.stats["obs_mean"], std * std, clip_obs, bc.OBS_EPSILON)
+
+
+def train_rl(
+    *,
+    env_id: str,
+    env_kwargs: Mapping[str, Any],
+    init: str,
+    demos_path: str | Path,
+    bc_checkpoint: str | Path | None,
+    policy_cfg: Mapping[str, Any],
+    rl_cfg: Mapping[str, Any],
+    base_seed: int,
+    run_seed: int,
+    state_dir: str | Path,
+    clip_obs: float = 10.0,
+    threads: int = 1,
+    log_metrics: Callable[[dict[str, float], int], None] | None = None,
+) -> RLResult:
+    """Train one PPO run (``init`` is ``"bc"`` or ``"scratch"``), resuming from ``state_dir``.
+
+    The bc arm takes its observation normalisation from the checkpoint; the scratch arm computes
+    the same from the dataset's statistics with ``clip_obs`` (``bc.clip_obs`` in the config).
+
+    Raises :class:`Preempted` after checkpointing when SIGTERM arrives.
+    """
+    if init not in ("bc", "scratch"):
+        raise ValueError(f"init must be 'bc' or 'scratch', got {init!r}")
+    torch.set_num_threads(1)  # small MLPs: one thread is fastest and keeps results exact
+    state_dir = Path(state_dir)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    demos = dataset.read(demos_path)
+    probe = tasks.make_env(env_id, env_kwargs)
+    obs_space, act_space = probe.observation_space, probe.action_space
+    probe.close()
+    bc.check_dataset(demos, obs_space, act_space, env_id)
+    warm = rl_cfg.get("warm_start") or {}  # the scratch arm does not get (or need) this slice
+    if init == "bc":
+        if bc_checkpoint is None:
+            raise ValueError("the bc arm needs a BC checkpoint")
+        bc_policy, normalizer, _ = policy.load_checkpoint(
+            bc_checkpoint, obs_space, act_space, policy_cfg
+        )
+    else:
+        normalizer = dataset_normalizer(demos, clip_obs=clip_obs)
+    env = make_training_env(env_id, env_kwargs, rl_cfg, normalizer, n_workers=threads)
+    seed = seeds.rl_seed(base_seed, run_seed)
+    device = policy.resolve_device(rl_cfg["device"])
+
+    state_file = state_dir / "state.json"
+    if state_file.is_file() and (state_dir / "model.zip").is_file():
+        state = json.loads(state_file.read_text())
+        model = RegularisedPPO.load(state_dir / "model.zip", env=env, device=device)
+        resumed = state["resumed"] + 1
+        model.set_random_seed(seed + resumed * rl_cfg["n_envs"])  # fresh, still in the RL block
+        evaluations = state["evaluations"]
+        log.info("resuming from step %d (resume #%d)", model.num_timesteps, resumed)
+    else:
+        model = RegularisedPPO(
+            "MlpPolicy",
+            env,
+            policy_kwargs=policy.sb3_policy_kwargs(policy_cfg),
+            seed=seed,
+            device=device,
+            verbose=0,
+            **rl_cfg["ppo"],
+        )
+        if init == "bc":
+            model.policy.load_state_dict(bc_policy.state_dict(), strict=True)
+            if warm["log_std"] is not None:
+                with torch.no_grad():
+                    model.policy.log_std.fill_(float(warm["log_std"]))
+        resumed, evaluations = 0, []
+
+    total = int(rl_cfg["total_timesteps"])
+    if init == "bc" and warm["bc_coef"] > 0:
+        obs, actions = _demo_tensors(demos, normalizer, act_space, device)
+        model.set_bc_data(obs, actions, warm["bc_coef"], warm["bc_decay"], total)
+    eval_seeds = evaluation.heldout_seeds(base_seed, rl_cfg["eval_episodes"])
+    act_space_env = act_space
+
+    def evaluate() -> dict[str, float]:
+        actor = policy.make_actor(model.policy, normalizer, act_space_env)
+        result = evaluation.evaluate(env_id, env_kwargs, actor, eval_seeds, n_envs=16)
+        return evaluation.summary(result)
+
+    run = _Run(model, state_dir, dict(rl_cfg), evaluate, evaluations, resumed)
+    run.last_checkpoint = model.num_timesteps
+    if evaluations:
+        run.last_eval = int(evaluations[-1]["step"])
+    segment = state_dir / f"progress-{model.num_timesteps:09d}.csv"
+    outputs: list[KVWriter] = [LogLines(total), CSVOutputFormat(str(segment))]
+    if log_metrics is not None:
+        outputs.append(MetricsSink(log_metrics))
+    model.set_logger(Logger(folder=None, output_formats=outputs))
+
+    callback = Checkpointing(run)
+    previous = signal.signal(signal.SIGTERM, lambda *_: setattr(callback, "stop", True))
+    start = time.perf_counter()
+    try:
+        warmup = int(warm["critic_warmup_steps"]) if init == "bc" else 0
+        if model.num_timesteps < warmup:
+            log.info("critic warm-up: actor frozen for %d env steps", warmup)
+            with _frozen(bc.actor_parameters(model.policy)):
+                model.learn(
+                    warmup - model.num_timesteps, callback=callback, reset_num_timesteps=False
+                )
+        if not callback.stop and model.num_timesteps < total:
+            model.learn(total - model.num_timesteps, callback=callback, reset_num_timesteps=False)
+        if callback.stop:
+            run.save(callback.steps_at_rollout_start)
+            raise Preempted(f"SIGTERM: checkpoint at step {callback.steps_at_rollout_start}")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        env.close()
+    run.maybe_evaluate(model.num_timesteps, force=run.last_eval != model.num_timesteps)
+    run.save(model.num_timesteps)
+    log.info("trained %d env steps in %.1f s", model.num_timesteps, time.perf_counter() - start)
+    return RLResult(model, normalizer, run.evaluations, model.num_timesteps, resumed)
+
+
+def progress_table(state_dir: str | Path) -> pd.DataFrame:
+    """The SB3 progress rows of every segment of the run (resumes included), in step order."""
+    parts = [
+        pd.read_csv(p) for p in sorted(Path(state_dir).glob("progress-*.csv")) if p.stat().st_size
+    ]
+    if not parts:
+        return pd.DataFrame()
+    table = pd.concat(parts, ignore_index=True)
+    return table.sort_values("time/total_timesteps", kind="stable").reset_index(drop=True)
+
+
+def _demo_tensors(
+    demos: dataset.Demos,
+    normalizer: policy.ObsNormalizer,
+    action_space: gym.Space,
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    rows = demos.step_rows(demos.split["train"])
+    obs = normalizer(demos.steps["observations"][rows])
+    actions = policy.scale_actions(demos.steps["actions"][rows], action_space)
+    return torch.as_tensor(obs, device=device), torch.as_tensor(actions, device=device)
+
+
+class _frozen:
+    """Context manager: the given parameters get no gradient inside it."""
+
+    def __init__(self, params: list[torch.nn.Parameter]) -> None:
+        self.params = params
+
+    def __enter__(self) -> None:
+        for p in self.params:
+            p.requires_grad_(False)
+
+    def __exit__(self, *exc: object) -> None:
+        for p in self.params:
+            p.requires_grad_(True)

@@ -1,0 +1,6 @@
+"""The workflow's stages as plain functions: library calls in order, plus what each logs.
+
+Each Snakemake script reads its inputs, outputs and params and calls one function here; the same
+functions run without Snakemake (tests, notebooks). ``run`` is the job's tracking run. One module
+per stage, so a rule's code fingerprint covers exactly the code that stage runs.
+"""

@@ -1,0 +1,102 @@
+"""Stage train_bc."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from demo2rl import bc, dataset, evaluation, io, plots, policy, provenance, tasks
+from demo2rl.tracking import Run
+
+log = logging.getLogger(__name__)
+
+
+def train_bc(
+    *,
+    demos_path: str,
+    policy_out: str,
+    metrics_out: str,
+    plot_out: str,
+    task: Mapping[str, Any],
+    policy_cfg: Mapping[str, Any],
+    bc_cfg: Mapping[str, Any],
+    eval_cfg: Mapping[str, Any],
+    seed: int,
+    threads: int,
+    run: Run,
+) -> dict[str, Any]:
+    """Clone the expert, save the checkpoint, compare clone and expert on held-out episodes."""
+    env = tasks.make_env(task["env_id"], task["env_kwargs"])
+    obs_space, act_space = env.observation_space, env.action_space
+    env.close()
+    demos = dataset.read(demos_path)
+    digest = demos.attrs["content_hash"]
+    run.log_dataset(demos_path, digest, context="training")
+    result = bc.train_bc(
+        demos,
+        policy_cfg=policy_cfg,
+        bc_cfg=bc_cfg,
+        seed=seed,
+        threads=threads,
+        on_epoch=lambda row: run.log_metrics(row, step=int(row["epoch"])),
+        env_id=task["env_id"],
+        observation_space=obs_space,
+        action_space=act_space,
+    )
+    meta = {"dataset_hash": digest, "config": {"policy": policy_cfg, "bc": bc_cfg}, "seed": seed}
+    policy.save_checkpoint(
+        policy_out,
+        result.policy,
+        result.normalizer,
+        policy_cfg=policy_cfg,
+        observation_space=obs_space,
+        action_space=act_space,
+        meta=meta,
+    )
+    actor = policy.make_actor(result.policy.cpu(), result.normalizer, act_space)
+    expert = tasks.load_expert(task["expert"]["entry_point"], task["expert"]["kwargs"])
+    heldout = evaluation.heldout_seeds(seed, eval_cfg["during_training"])
+    n_envs = eval_cfg["n_envs"]
+    bc_eval = evaluation.summary(
+        evaluation.evaluate(task["env_id"], task["env_kwargs"], actor, heldout, n_envs=n_envs)
+    )
+    expert_eval = evaluation.summary(
+        evaluation.evaluate(task["env_id"], task["env_kwargs"], expert, heldout, n_envs=n_envs)
+    )
+    metrics = {
+        "best_epoch": result.best_epoch,
+        "best_valid_nll": result.best_valid_nll,
+        "epochs": len(result.history),
+        "stop_reason": result.stop_reason,
+        "data_path": result.data_path,
+        "device": result.device,
+        "train_samples": result.n_train,
+        "valid_samples": result.n_valid,
+        "samples_per_s": result.n_train * len(result.history) / max(result.seconds, 1e-9),
+        "seconds": result.seconds,
+        "heldout_episodes": len(heldout),
+        "bc_return_mean": bc_eval["return_mean"],
+        "expert_return_mean": expert_eval["return_mean"],
+        "bc_vs_expert": bc_eval["return_mean"] / expert_eval["return_mean"],
+        "dataset_hash": digest,
+        "history": result.history,
+        "versions": provenance.versions(),
+        "code_revision": provenance.code_revision(),
+    }
+    plots.loss_curves(result.history, plot_out)
+    io.write_json(metrics_out, metrics)
+    scalars = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)}
+    run.log_metrics({f"final.{k}": v for k, v in scalars.items()})
+    run.set_tags({"demo2rl.stop_reason": result.stop_reason, "demo2rl.data_path": result.data_path})
+    run.log_artifact(plot_out)
+    run.log_artifact(policy_out)
+    log.info(
+        "BC return %.2f vs expert %.2f on %d held-out episodes (%.1f%%)",
+        bc_eval["return_mean"],
+        expert_eval["return_mean"],
+        len(heldout),
+        100 * metrics["bc_vs_expert"],
+    )
+    return metrics

@@ -1,0 +1,207 @@
+"""The shared policy: SB3 compatibility, normalisation, action scaling, acting, checkpoints."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from gymnasium.wrappers import RescaleAction
+from stable_baselines3 import PPO
+from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+from torch import nn
+
+from demo2rl import policy as P
+from demo2rl.config import ConfigError
+from demo2rl.dataset import describe_space
+
+CFG = {"net_arch": {"pi": [32, 32], "vf": [16]}, "activation": "relu", "log_std_init": -0.5}
+OBS = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
+ACT = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)  # Pendulum's: rescaled to [-1, 1]
+ONE = np.float32(1.0)
+
+
+def make_policy(cfg=CFG, seed: int = 0):
+    torch.manual_seed(seed)
+    return P.build_policy(OBS, ACT, cfg)
+
+
+def make_normalizer() -> P.ObsNormalizer:
+    return P.ObsNormalizer(np.array([0.1, -0.2, 1.0]), np.array([0.5, 2.0, 1e-12]), 5.0, 1e-8)
+
+
+def test_sb3_policy_kwargs_maps_the_config():
+    kwargs = P.sb3_policy_kwargs(CFG)
+    assert kwargs == {
+        "net_arch": {"pi": [32, 32], "vf": [16]},
+        "activation_fn": nn.ReLU,
+        "log_std_init": -0.5,
+        "ortho_init": True,
+    }
+    assert P.sb3_policy_kwargs({"net_arch": [8]})["net_arch"] == {"pi": [8], "vf": [8]}
+    with pytest.raises(ConfigError, match="policy.activation.*'swish'"):
+        P.sb3_policy_kwargs({"activation": "swish"})
+    with pytest.raises(ConfigError, match="policy.net_arch.pi"):
+        P.sb3_policy_kwargs({"net_arch": {"pi": [0], "vf": [4]}})
+    with pytest.raises(ConfigError, match="policy.depth"):
+        P.sb3_policy_kwargs({"depth": 3})
+
+
+def test_build_policy_is_what_ppo_builds_and_loads_strictly():
+    env = DummyVecEnv([lambda: RescaleAction(gym.make("Pendulum-v1"), ONE * -1, ONE)])
+    model = PPO("MlpPolicy", env, policy_kwargs=P.sb3_policy_kwargs(CFG), device="cpu", seed=0)
+    policy = make_policy()
+    assert type(policy) is type(model.policy)
+    assert policy.action_space == model.policy.action_space == gym.spaces.Box(-1, 1, (1,))
+    assert repr(policy) == repr(model.policy)
+    model.policy.load_state_dict(policy.state_dict(), strict=True)
+    x = torch.randn(5, 3)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            model.policy.get_distribution(x).mode(), policy.get_distribution(x).mode()
+        )
+
+
+def test_normalizer_matches_frozen_vecnormalize_bitwise():
+    norm = make_normalizer()
+    venv = VecNormalize(
+        DummyVecEnv([lambda: gym.make("Pendulum-v1")]),
+        training=False,
+        norm_obs=True,
+        norm_reward=False,
+        clip_obs=norm.clip_obs,
+        epsilon=norm.epsilon,
+    )
+    norm.apply_to(venv)
+    obs = np.random.default_rng(0).normal(scale=3.0, size=(64, 3)).astype(np.float32)
+    ours, theirs = norm(obs), venv.normalize_obs(obs)
+    assert ours.dtype == theirs.dtype == np.float32
+    np.testing.assert_array_equal(ours, theirs)
+    assert np.abs(ours).max() == norm.clip_obs  # the near-constant feature is clipped
+    back = P.ObsNormalizer.from_dict(norm.to_dict())
+    np.testing.assert_array_equal(back.mean, norm.mean)
+    np.testing.assert_array_equal(back.var, norm.var)
+    assert (back.clip_obs, back.epsilon) == (norm.clip_obs, norm.epsilon)
+    with pytest.raises(ValueError, match="clip_obs"):
+        P.ObsNormalizer(norm.mean, norm.var, 3.0).apply_to(venv)
+
+
+def test_action_scaling_inverts_rescale_action():
+    assert P.needs_rescale(ACT)
+    assert not P.needs_rescale(gym.spaces.Box(-1.0, 1.0, (2,)))
+    assert not P.needs_rescale(gym.spaces.Box(-np.inf, np.inf, (2,)))
+    assert not P.needs_rescale(gym.spaces.Discrete(3))
+    box = gym.spaces.Box(np.array([-2.0, 0.0], np.float32), np.array([2.0, 10.0], np.float32))
+    expert = np.array([[-2.0, 0.0], [2.0, 10.0], [0.5, 2.5]], np.float32)
+    scaled = P.scale_actions(expert, box)
+    np.testing.assert_allclose(scaled, [[-1, -1], [1, 1], [0.25, -0.5]], atol=1e-7)
+    wrapper = RescaleAction(_BoxEnv(box), ONE * -1, ONE)
+    np.testing.assert_allclose(np.stack([wrapper.action(a) for a in scaled]), expert, atol=1e-6)
+    same = np.array([[0.3, -0.7]], np.float32)
+    np.testing.assert_array_equal(P.scale_actions(same, gym.spaces.Box(-1.0, 1.0, (2,))), same)
+
+
+def test_actor_normalises_clips_and_unscales():
+    policy, norm = make_policy(), make_normalizer()
+    with torch.no_grad():
+        policy.action_net.bias.fill_(5.0)  # mean far outside [-1, 1]
+    actor = P.make_actor(policy, norm, ACT)
+    obs = np.random.default_rng(1).normal(size=(7, 3)).astype(np.float32)
+    actions = actor(obs)
+    assert actions.shape == (7, 1) and actions.dtype == np.float32
+    np.testing.assert_array_equal(actions, 2.0)  # clipped to 1, then mapped to the env's high
+    with torch.no_grad():
+        policy.action_net.bias.fill_(0.0)
+        want = policy.get_distribution(torch.as_tensor(norm(obs))).mode().numpy()
+    np.testing.assert_allclose(actor(obs), 2.0 * np.clip(want, -1, 1), rtol=1e-6)
+    sampled = P.make_actor(policy, norm, ACT, deterministic=False)(obs)
+    assert sampled.shape == (7, 1) and np.all(np.abs(sampled) <= 2.0)
+
+
+def test_checkpoint_round_trip_is_plain_data(tmp_path):
+    policy, norm = make_policy(seed=3), make_normalizer()
+    path = tmp_path / "ckpt" / "bc.pt"
+    meta = {"dataset_hash": "abc", "bc": {"lr": np.float64(1e-3)}, "arr": np.arange(3)}
+    P.save_checkpoint(
+        path, policy, norm, policy_cfg=CFG, observation_space=OBS, action_space=ACT, meta=meta
+    )
+    raw = torch.load(path, weights_only=True)
+    assert raw["observation_space"] == describe_space(OBS)
+    assert raw["meta"]["dataset_hash"] == "abc" and raw["meta"]["arr"] == [0, 1, 2]
+    assert {"versions", "code_revision"} <= set(raw["meta"])
+    assert raw["policy_cfg"]["net_arch"] == {"pi": [32, 32], "vf": [16]}
+    loaded, norm2, ckpt = P.load_checkpoint(path, OBS, ACT, CFG)
+    for key, value in policy.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], value)
+    obs = np.random.default_rng(2).normal(size=(4, 3)).astype(np.float32)
+    np.testing.assert_array_equal(
+        P.make_actor(loaded, norm2, ACT)(obs), P.make_actor(policy, norm, ACT)(obs)
+    )
+    assert ckpt["format_version"] == P.CHECKPOINT_VERSION
+
+
+def test_load_checkpoint_refuses_mismatches(tmp_path):
+    path = tmp_path / "bc.pt"
+    P.save_checkpoint(
+        path,
+        make_policy(),
+        make_normalizer(),
+        policy_cfg=CFG,
+        observation_space=OBS,
+        action_space=ACT,
+        meta={},
+    )
+    with pytest.raises(P.CheckpointError, match=r"policy.net_arch.pi is \[32, 32\] .* \[64\]"):
+        P.load_checkpoint(path, OBS, ACT, CFG | {"net_arch": {"pi": [64], "vf": [16]}})
+    with pytest.raises(P.CheckpointError, match="policy.activation is 'relu' .* 'tanh'"):
+        P.load_checkpoint(path, OBS, ACT, CFG | {"activation": "tanh"})
+    other_obs = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+    with pytest.raises(P.CheckpointError, match=r"bc.pt: observation_space shape \(3,\) vs \(2,\)"):
+        P.load_checkpoint(path, other_obs, ACT, CFG)
+    with pytest.raises(P.CheckpointError, match="action_space low"):
+        P.load_checkpoint(path, OBS, gym.spaces.Box(-1.0, 1.0, (1,), np.float32), CFG)
+    # init-only keys do not matter once the weights are loaded
+    P.load_checkpoint(path, OBS, ACT, CFG | {"log_std_init": 0.0, "ortho_init": False})
+    with pytest.raises(P.CheckpointError, match="no such checkpoint"):
+        P.load_checkpoint(tmp_path / "missing.pt", OBS, ACT, CFG)
+    (tmp_path / "bad.pt").write_bytes(path.read_bytes()[:100])
+    with pytest.raises(P.CheckpointError, match="bad.pt: unreadable"):
+        P.load_checkpoint(tmp_path / "bad.pt", OBS, ACT, CFG)
+
+
+def test_build_policy_init_does_not_depend_on_threads():
+    previous = torch.get_num_threads()
+    try:
+        states = []
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            states.append(make_policy({"net_arch": [64, 64]}, seed=5).state_dict())
+    finally:
+        torch.set_num_threads(previous)
+    assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
+
+
+def test_resolve_device():
+    assert P.resolve_device("cpu") == torch.device("cpu")
+    want = "cuda" if torch.cuda.is_available() else "cpu"
+    assert P.resolve_device("auto").type == want
+    with pytest.raises(ValueError, match="device"):
+        P.resolve_device("tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            P.resolve_device("cuda:0")
+
+
+def test_space_description_round_trip():
+    for space in (OBS, ACT, gym.spaces.Discrete(4, start=1)):
+        assert describe_space(P.space_from_description(describe_space(space))) == describe_space(
+            space
+        )
+
+
+class _BoxEnv(gym.Env):
+    """Just an action space, for wrapping in RescaleAction."""
+
+    def __init__(self, space: gym.spaces.Box) -> None:
+        self.action_space = space
+        self.observation_space = gym.spaces.Box(-1, 1, (1,))
