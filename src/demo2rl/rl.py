@@ -251,6 +251,37 @@ def _rescale_wrapper(env: gym.Env) -> gym.Env:
     return gym.wrappers.RescaleAction(env, -1.0, 1.0)
 
 
+def new_model(
+    env: VecEnv,
+    policy_cfg: Mapping[str, Any],
+    ppo_cfg: Mapping[str, Any],
+    *,
+    seed: int,
+    device: torch.device | str = "cpu",
+    bc_policy: torch.nn.Module | None = None,
+    log_std: float | None = None,
+) -> RegularisedPPO:
+    """A fresh PPO model; with ``bc_policy`` its policy is the clone's, loaded strictly.
+
+    ``log_std`` (not None) then replaces the clone's learned log standard deviation.
+    """
+    model = RegularisedPPO(
+        "MlpPolicy",
+        env,
+        policy_kwargs=policy.sb3_policy_kwargs(policy_cfg),
+        seed=seed,
+        device=device,
+        verbose=0,
+        **ppo_cfg,
+    )
+    if bc_policy is not None:
+        model.policy.load_state_dict(bc_policy.state_dict(), strict=True)
+        if log_std is not None:
+            with torch.no_grad():
+                model.policy.log_std.fill_(float(log_std))
+    return model
+
+
 def dataset_normalizer(demos: dataset.Demos, clip_obs: float) -> policy.ObsNormalizer:
     """The frozen normalisation of the training split (what BC fits), from the dataset stats."""
     std = demos.stats["obs_std"]
@@ -312,20 +343,15 @@ def train_rl(
         evaluations = state["evaluations"]
         log.info("resuming from step %d (resume #%d)", model.num_timesteps, resumed)
     else:
-        model = RegularisedPPO(
-            "MlpPolicy",
+        model = new_model(
             env,
-            policy_kwargs=policy.sb3_policy_kwargs(policy_cfg),
+            policy_cfg,
+            rl_cfg["ppo"],
             seed=seed,
             device=device,
-            verbose=0,
-            **rl_cfg["ppo"],
+            bc_policy=bc_policy if init == "bc" else None,
+            log_std=warm.get("log_std"),
         )
-        if init == "bc":
-            model.policy.load_state_dict(bc_policy.state_dict(), strict=True)
-            if warm["log_std"] is not None:
-                with torch.no_grad():
-                    model.policy.log_std.fill_(float(warm["log_std"]))
         resumed, evaluations = 0, []
 
     total = int(rl_cfg["total_timesteps"])
