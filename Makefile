@@ -6,6 +6,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CORES ?= all
 SNAKEMAKE := $(BIN)/snakemake
+PORT ?= 5000
+RESULTS_DIR ?= results
 
 .PHONY: venv run test lint format report ui bench clean help
 
@@ -24,6 +26,15 @@ $(STAMP): pyproject.toml requirements/constraints.txt
 
 run: venv  ## run the default workflow (config/config.yaml) on all cores
 	$(SNAKEMAKE) --cores $(CORES)
+
+report: venv  ## HTML report of the last `make run` (plots, tables, captions) -> results/report.html
+	$(SNAKEMAKE) --report results/report.html
+
+ui: venv  ## MLflow UI of results/mlflow.db on 127.0.0.1:PORT (default 5000); Ctrl-C stops it
+	@echo "MLflow UI: http://127.0.0.1:$(PORT)  (from your laptop: ssh -N -L $(PORT):127.0.0.1:$(PORT) <this host>)"
+	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false exec $(BIN)/mlflow server --host 127.0.0.1 --port $(PORT) \
+		--backend-store-uri sqlite:///$(abspath $(RESULTS_DIR)/mlflow.db) \
+		--artifacts-destination $(abspath $(RESULTS_DIR)/mlartifacts)
 
 test: venv lint  ## unit + integration tests, snakemake --lint, snakefmt --check, ruff
 	$(BIN)/python -m pytest

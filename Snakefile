@@ -20,6 +20,8 @@ include: "rules/common.smk"
 include: "rules/collect.smk"
 include: "rules/bc.smk"
 include: "rules/rl.smk"
+include: "rules/evaluate.smk"
+include: "rules/report.smk"
 
 
 rule all:
@@ -30,3 +32,4 @@ rule all:
         expand(
             f"{RESULTS}/rl/{{init}}/seed-{{seed}}/policy.pt", init=INITS, seed=RL_SEEDS
         ),
+        REPORT_TARGETS,

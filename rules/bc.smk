@@ -15,12 +15,14 @@ rule train_bc:
         f"{RESULTS}/benchmarks/train_bc.tsv"
     conda:
         "../envs/train.yaml"
-    threads: 2
+    # torch threads (and HDF5 loader workers when streaming); small MLPs train fastest on one
+    threads: 1
     resources:
         mem_mb=8000,
         runtime=60,
         gpu=gpus(config["bc"]["device"]),
     params:
+        tracking=tracking.settings(config),
         task=config["task"],
         policy=config["policy"],
         bc=config["bc"],

@@ -12,10 +12,11 @@ rule collect_shard:
         mem_mb=2000,
         runtime=30,
     params:
+        tracking=tracking.settings(config),
         task=config["task"],
         collect=config["collect"],
         seed=config["seed"],
-        code=code("demo2rl.collect"),
+        code=code("demo2rl.stages.collect"),
     script:
         "../scripts/collect_shard.py"
 
@@ -36,7 +37,8 @@ rule merge_demos:
         mem_mb=4000,
         runtime=15,
     params:
+        tracking=tracking.settings(config),
         collect=config["collect"],
-        code=code("demo2rl.dataset"),
+        code=code("demo2rl.stages.collect"),
     script:
         "../scripts/merge_demos.py"

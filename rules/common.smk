@@ -45,13 +45,17 @@ def code(*modules):
     return provenance.code_fingerprint(*modules)
 
 
+# MLflow: the store is created and the parent run started here, once, before any job (jobs
+# racing to create a SQLite store corrupt it); the jobs find both through the environment.
 onstart:
-    tracking.start_workflow(config["experiment"], config)
+    parent = tracking.start_workflow(config["experiment"], config)
+    if parent:
+        logger.info(f"MLflow: parent run {parent} in {tracking.tracking_uri()}")
 
 
 onsuccess:
-    tracking.end_workflow(success=True)
+    tracking.end_workflow(success=True, settings=tracking.settings(config))
 
 
 onerror:
-    tracking.end_workflow(success=False)
+    tracking.end_workflow(success=False, settings=tracking.settings(config))

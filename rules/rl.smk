@@ -17,6 +17,7 @@ rule train_rl:
         runtime=240,
         gpu=gpus(config["rl"]["device"]),
     params:
+        tracking=tracking.settings(config),
         task=config["task"],
         policy=config["policy"],
         rl=rl_params,

@@ -62,15 +62,24 @@ def test_mlflow_has_a_parent_run_and_a_child_per_job(test_workflow: Path):
     assert parent.data.params["collect.n_episodes"] == str(CONFIG["collect"]["n_episodes"])
     children = {r.info.run_name: r for r in all_runs if r is not parent}
     shards = [f"collect-shard{k}" for k in range(CONFIG["collect"]["n_shards"])]
-    assert set(children) == {*shards, "merge-demos"}
+    rl_runs = [f"rl-{init}-seed{s}" for init in ("bc", "scratch") for s in CONFIG["rl"]["seeds"]]
+    assert {*shards, "merge-demos", "bc", *rl_runs} <= set(children)
     merged_hash = dataset.read(results(test_workflow) / "demos" / "demos.h5").attrs["content_hash"]
     for run in children.values():
         assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id
         assert run.info.status == "FINISHED"
         assert run.data.tags["demo2rl.code_revision"]
+    for name in [*shards, "merge-demos"]:
+        run = children[name]
         assert run.data.metrics["expert_return_mean"] > 0
         assert run.data.params["collect.n_shards"] == str(CONFIG["collect"]["n_shards"])
         assert len(run.inputs.dataset_inputs) == 1
+    for name in ["bc", *rl_runs]:  # the dataset is an input of BC and of both RL arms
+        assert children[name].data.tags["demo2rl.dataset_hash"] == merged_hash
+        assert len(children[name].inputs.dataset_inputs) == 1
+    assert children["bc"].data.metrics["final.bc_vs_expert"] > 0
+    assert "train/value_loss" in children["rl-bc-seed0"].data.metrics
+    assert "eval/return_mean" in children["rl-scratch-seed0"].data.metrics
     shard0 = children["collect-shard0"]
     assert shard0.data.tags["demo2rl.stage"] == "collect"
     assert shard0.data.tags["demo2rl.wildcard.shard"] == "0"

@@ -213,7 +213,7 @@ def _train(
         data_path = "stream"
         log.warning(
             "training split needs ~%.0f MiB, over memory_fraction=%g of the available RAM "
-            "(%.0f MiB): streaming shuffled HDF5 blocks instead of holding it in memory",
+            "(%.0f MiB): streaming shuffled blocks of rows (HDF5 chunks) instead",
             bytes_needed / 2**20,
             cfg["memory_fraction"],
             budget / 2**20,

@@ -185,6 +185,18 @@ def write(path: str | os.PathLike[str], demos: Demos) -> str:
     return digest
 
 
+def read_attrs(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The file attributes alone (format, task, provenance, ``content_hash``), without the data."""
+    path = Path(path)
+    if not path.is_file():
+        raise DatasetError(path, "no such dataset file")
+    try:
+        with h5py.File(path, "r") as f:
+            return {k: _decode_attr(v) for k, v in f.attrs.items()}
+    except OSError as err:
+        raise DatasetError(path, f"unreadable HDF5 dataset ({err})") from err
+
+
 def read(path: str | os.PathLike[str], *, verify: bool = False) -> Demos:
     """Load a whole dataset file into memory; ``verify`` recomputes the content hash."""
     path = Path(path)

@@ -38,18 +38,27 @@ def setup_logging(path: str | None) -> None:
 def job(smk: Any, *, stage: str, run_name: str) -> Iterator[tracking.Run]:
     """Run a rule's work with logging and a tracked MLflow child run.
 
-    The run's params are the rule's ``params`` (its config slice); its tags name the stage, the
-    rule and the wildcards. An exception is logged to the rule's log before it propagates.
+    The run's params are the rule's ``params`` (its config slice) except ``tracking``, which says
+    how tracking failures are treated; its tags name the stage, the rule, the wildcards and the
+    runs that produced the inputs. An exception is logged to the rule's log before it propagates.
     """
     setup_logging(smk.log[0] if len(smk.log) else None)
     wildcards = dict(smk.wildcards.items())
-    params = {k: v for k, v in smk.params.items()}
+    settings = tracking.Settings.of(smk.params.get("tracking"))
+    params = {k: v for k, v in smk.params.items() if k != "tracking"}
     log.info("rule %s %s, threads=%s", smk.rule, wildcards, smk.threads)
     log.info("versions %s, code %s", provenance.versions(), provenance.code_revision())
     start = time.perf_counter()
     try:
         with tracking.child_run(
-            run_name, stage=stage, rule=smk.rule, wildcards=wildcards, params=params
+            run_name,
+            stage=stage,
+            rule=smk.rule,
+            wildcards=wildcards,
+            params=params,
+            inputs=list(smk.input),
+            outputs=list(smk.output),
+            settings=settings,
         ) as run:
             yield run
             run.log_metrics({"job_seconds": time.perf_counter() - start})

@@ -6,13 +6,19 @@ pyplot: no global state, no display needed, safe in worker processes.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from collections.abc import Mapping, Sequence
+from typing import Any
 
+import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.collections import LineCollection
+from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
+from PIL import Image, ImageDraw
 
 from demo2rl.io import atomic_path
 
@@ -43,3 +49,183 @@ def loss_curves(history: Sequence[Mapping[str, float]], path: str | os.PathLike[
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png")
+
+
+def learning_curves(
+    curves: Mapping[str, Mapping[str, np.ndarray]],
+    levels: Mapping[str, float],
+    path: str | os.PathLike[str],
+    *,
+    colors: Mapping[str, str] | None = None,
+    confidence: float = 0.95,
+    title: str = "Learning curves on held-out episodes",
+) -> None:
+    """Mean return against env steps with a confidence band per curve, reference levels as lines.
+
+    ``curves`` maps a label to ``step``, ``mean``, ``low``, ``high`` arrays (one band over seeds,
+    see :func:`demo2rl.summary.curve_band`); ``levels`` maps a label to a constant return
+    (e.g. the expert's and the clone's), drawn as horizontal lines.
+    """
+    colors = colors or {}
+    fig, ax = _figure(7, 4.5)
+    for label, c in curves.items():
+        color = colors.get(label)
+        (line,) = ax.plot(c["step"], c["mean"], label=label, color=color, lw=2)
+        ax.fill_between(
+            c["step"], c["low"], c["high"], color=line.get_color(), alpha=0.2, linewidth=0
+        )
+    for (label, value), style in zip(
+        levels.items(), itertools.cycle(("--", ":", "-.")), strict=False
+    ):
+        ax.axhline(value, color=colors.get(label, "grey"), linestyle=style, lw=1.5, label=label)
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel("mean return")
+    ax.set_title(f"{title}\n(mean over seeds, {round(100 * confidence)}% bootstrap band)")
+    ax.grid(alpha=0.3)
+    if ax.has_data():
+        ax.legend(loc="best", fontsize="small")
+    _save(fig, path)
+
+
+def final_returns(
+    estimates: Mapping[str, Mapping[str, Any]],
+    improvement: Mapping[str, Mapping[str, Any]],
+    path: str | os.PathLike[str],
+    *,
+    colors: Mapping[str, str] | None = None,
+    confidence: float = 0.95,
+) -> None:
+    """rliable-style interval estimates: IQM with its interval per policy, and P(X > Y).
+
+    ``estimates`` maps a label to ``iqm``, ``iqm_ci`` (low, high), ``mean`` and ``runs`` (each
+    run's mean return, drawn as dots); ``improvement`` maps a label ("X > Y") to
+    ``probability`` and ``ci``, drawn in the colour of ``colors[x]`` when it has an ``x`` label.
+    """
+    colors = colors or {}
+    pct = round(100 * confidence)
+    rows = max(len(estimates), len(improvement), 2)
+    fig = Figure(figsize=(11, 1.2 + 0.55 * rows), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
+    labels = list(estimates)
+    for i, label in enumerate(labels):
+        est = estimates[label]
+        y = len(labels) - 1 - i
+        color = colors.get(label, f"C{i}")
+        lo, hi = est["iqm_ci"]
+        left.barh(y, hi - lo, left=lo, height=0.6, color=color, alpha=0.35)
+        left.plot([est["iqm"]] * 2, [y - 0.3, y + 0.3], color=color, lw=2.5)
+        left.plot(est["mean"], y, marker="D", color="k", ms=5, mfc="none")
+        runs = np.asarray(est.get("runs", []), dtype=np.float64)
+        if len(runs) > 1:
+            left.plot(runs, np.full(len(runs), y), "o", color=color, ms=4, mec="k", mew=0.5)
+    left.set_yticks(range(len(labels)), labels[::-1])
+    left.set_xlabel(f"return: IQM (bar) with {pct}% CI, mean (diamond), runs (dots)")
+    left.set_title("Final held-out return")
+    left.grid(axis="x", alpha=0.3)
+    names = list(improvement)
+    for i, name in enumerate(names):
+        imp = improvement[name]
+        y = len(names) - 1 - i
+        lo, hi = imp["ci"]
+        color = colors.get(imp.get("x_label", ""), "tab:purple")
+        right.barh(y, max(hi - lo, 0.005), left=lo, height=0.6, color=color, alpha=0.35)
+        right.plot([imp["probability"]] * 2, [y - 0.3, y + 0.3], color=color, lw=2.5)
+    right.axvline(0.5, color="grey", linestyle="--", lw=1)
+    right.set_xlim(-0.02, 1.02)
+    right.set_yticks(range(len(names)), names[::-1])
+    right.set_xlabel(f"probability of improvement with {pct}% CI")
+    right.set_title("P(X > Y)")
+    right.grid(axis="x", alpha=0.3)
+    _save(fig, path, tight=False)
+
+
+def track_lines(
+    centreline: np.ndarray,
+    half_width: float,
+    drives: Mapping[str, Mapping[str, np.ndarray]],
+    path: str | os.PathLike[str],
+    *,
+    notes: Mapping[str, str] | None = None,
+) -> None:
+    """One panel per policy: the track from above and the line the car drove, coloured by speed.
+
+    ``centreline`` is the closed track's (M, 2) centre line (m), counter-clockwise; ``drives``
+    maps a label to ``x``, ``y`` and ``speed`` arrays of equal length (positions in time order).
+    All panels share one colour scale; ``notes`` adds a line under a panel's title.
+    """
+    pts = np.asarray(centreline, dtype=np.float64)
+    tangent = np.gradient(pts, axis=0)
+    tangent /= np.linalg.norm(tangent, axis=1, keepdims=True)
+    normal = np.stack([-tangent[:, 1], tangent[:, 0]], axis=1)  # left of the driving direction
+    inner, outer = pts + half_width * normal, pts - half_width * normal
+    vmax = max([float(np.max(d["speed"])) for d in drives.values()] + [1e-6])
+    norm = Normalize(0.0, vmax)
+    fig = Figure(figsize=(4.2 * len(drives) + 1.0, 4.6), dpi=100)
+    FigureCanvasAgg(fig)
+    axes = np.atleast_1d(fig.subplots(1, len(drives)))
+    lines = None
+    for ax, (label, drive) in zip(axes, drives.items(), strict=True):
+        ax.set_facecolor((0.24, 0.55, 0.24))
+        ax.fill(outer[:, 0], outer[:, 1], color=(0.45, 0.45, 0.45), zorder=1)
+        ax.fill(inner[:, 0], inner[:, 1], color=(0.24, 0.55, 0.24), zorder=2)
+        ax.plot(*np.vstack([pts, pts[:1]]).T, color="white", lw=0.6, ls=(0, (4, 4)), zorder=3)
+        ax.plot(*np.stack([inner[0], outer[0]]).T, color="white", lw=3, zorder=3)
+        xy = np.column_stack([drive["x"], drive["y"]])
+        segments = np.stack([xy[:-1], xy[1:]], axis=1)
+        lines = LineCollection(segments, cmap="plasma", norm=norm, linewidths=2.2, zorder=4)
+        lines.set_array(np.asarray(drive["speed"], dtype=np.float64)[1:])
+        ax.add_collection(lines)
+        note = (notes or {}).get(label)
+        ax.set_title(f"{label}\n{note}" if note else label, fontsize="medium")
+        ax.set_aspect("equal")
+        ax.set_xticks([])
+        ax.set_yticks([])
+        ax.margins(0.03)
+    if lines is not None:
+        fig.colorbar(lines, ax=list(axes), label="speed (m/s)", fraction=0.03, pad=0.02)
+    _save(fig, path, tight=False)
+
+
+def animation(
+    frames: Sequence[np.ndarray],
+    path: str | os.PathLike[str],
+    *,
+    fps: float = 10.0,
+    captions: Sequence[str] | None = None,
+) -> None:
+    """An animated GIF (looping) of rgb frames ``(H, W, 3)`` uint8, written atomically;
+    ``captions`` (one per frame) are written into the frames' top-left corner."""
+    if not frames:
+        raise ValueError("no frames to animate")
+    if captions is not None and len(captions) != len(frames):
+        raise ValueError(f"{len(captions)} captions for {len(frames)} frames")
+    images = [Image.fromarray(np.asarray(f, dtype=np.uint8)) for f in frames]
+    for image, text in zip(images, captions or [], strict=False):
+        draw = ImageDraw.Draw(image)
+        draw.rectangle((4, 4, 10 + 6 * len(text), 20), fill=(0, 0, 0))
+        draw.text((7, 6), text, fill=(255, 255, 255))
+    with atomic_path(path) as tmp:
+        images[0].save(
+            tmp,
+            format="GIF",
+            save_all=True,
+            append_images=images[1:],
+            duration=round(1000 / fps),
+            loop=0,
+            optimize=False,
+        )
+
+
+def _figure(width: float, height: float) -> tuple[Figure, Any]:
+    fig = Figure(figsize=(width, height), dpi=100)
+    FigureCanvasAgg(fig)
+    return fig, fig.subplots()
+
+
+def _save(fig: Figure, path: str | os.PathLike[str], tight: bool = True) -> None:
+    """Write the figure as PNG (laid out by ``tight_layout``, or else cropped to its content)."""
+    if tight:
+        fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", bbox_inches=None if tight else "tight", pad_inches=0.15)

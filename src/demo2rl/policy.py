@@ -64,6 +64,14 @@ POLICY_DEFAULTS: dict[str, Any] = {
     "log_std_init": 0.0,
     "ortho_init": True,
 }
+CHECKPOINT_KEYS = (
+    "state_dict",
+    "policy_cfg",
+    "observation_space",
+    "action_space",
+    "normalizer",
+    "meta",
+)
 ARCHITECTURE_KEYS = ("net_arch", "activation")
 """Config keys that define the network's function (init-only keys do not matter once loaded)."""
 
@@ -381,6 +389,9 @@ def load_checkpoint(
         raise CheckpointError(
             path, f"format version {ckpt.get('format_version')}, expected {CHECKPOINT_VERSION}"
         )
+    missing = [k for k in CHECKPOINT_KEYS if k not in ckpt]
+    if missing:
+        raise CheckpointError(path, f"incomplete checkpoint: no {', '.join(missing)}")
     for name, space in (("observation_space", observation_space), ("action_space", action_space)):
         problem = space_mismatch(name, ckpt[name], describe_space(space))
         if problem:

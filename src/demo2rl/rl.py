@@ -248,7 +248,7 @@ def make_training_env(
 
 
 def _rescale_wrapper(env: gym.Env) -> gym.Env:
-    return gym.wrappers.RescaleAction(env, -1.0, 1.0)
+    return gym.wrappers.RescaleAction(env, np.float32(-1.0), np.float32(1.0))
 
 
 def new_model(

@@ -6,7 +6,7 @@ the slot it ran in; episodes come back in the order of their seeds.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,11 +27,15 @@ def run_episodes(
     *,
     n_envs: int,
     on_progress: Callable[[int, int], None] | None = None,
+    step_means: bool = False,
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Run ``policy`` for one episode per seed; returns (steps, episodes, info) arrays.
 
     Episodes are laid out in the order of ``episode_seeds``, each in time order, whatever order
-    they finish in. Rows are gathered batch-wise and grouped once at the end.
+    they finish in. Rows are gathered batch-wise and grouped once at the end. ``info`` holds the
+    numeric info values at each episode's last step; with ``step_means`` it also holds
+    ``"<key>.mean"``, each episode's mean of that value over its steps (e.g. the fraction of
+    steps off track), skipping steps where the env did not report it.
     """
     n = len(episode_seeds)
     batch = min(n_envs, n)
@@ -43,6 +47,8 @@ def run_episodes(
     rows: dict[str, list[np.ndarray]] = {k: [] for k in (*dataset.STEP_KEYS, "episode")}
     final_obs = np.zeros((n, *env.single_observation_space.shape), obs.dtype)
     info_end: dict[str, np.ndarray] = {}
+    step_sums: dict[str, np.ndarray] = {}
+    step_counts: dict[str, np.ndarray] = {}
     done_count = 0
     while done_count < n:
         _check_finite(obs, env_id, slot_episode)
@@ -54,6 +60,8 @@ def run_episodes(
             strict=True,
         ):
             rows[key].append(np.array(value, copy=True))
+        if step_means:
+            _accumulate_info(step_sums, step_counts, info, slot_episode, n)
         done = (terminated | truncated) & (slot_episode >= 0)
         if not done.any():
             obs = next_obs
@@ -77,6 +85,9 @@ def run_episodes(
         obs, _ = env.reset(seed=reset_seeds, options={"reset_mask": reset_mask})
         obs = np.where(reset_mask.reshape(-1, *[1] * (obs.ndim - 1)), obs, next_obs)
     env.close()
+    for key, total in step_sums.items():
+        with np.errstate(invalid="ignore", divide="ignore"):
+            info_end[f"{key}.mean"] = total / step_counts[key]
 
     episode_of_row = np.concatenate(rows.pop("episode"))
     keep = np.flatnonzero(episode_of_row >= 0)
@@ -112,6 +123,36 @@ def _check_finite(obs: np.ndarray, env_id: str, slot_episode: np.ndarray) -> Non
         )
 
 
+def _numeric_info(info: Mapping[str, Any], batch: int) -> Iterator[tuple[str, np.ndarray]]:
+    """The per-env numeric values of a vector-env info dict: (key, values of shape (batch,))."""
+    for key, value in info.items():
+        if key.startswith("_") or key in ("final_obs", "final_info"):
+            continue
+        value = np.asarray(value)
+        if value.shape != (batch,) or value.dtype.kind not in "biuf":
+            continue
+        yield key, value
+
+
+def _accumulate_info(
+    sums: dict[str, np.ndarray],
+    counts: dict[str, np.ndarray],
+    info: Mapping[str, Any],
+    slot_episode: np.ndarray,
+    n: int,
+) -> None:
+    """Add this step's reported, finite info values to their episodes' sums and counts."""
+    active = slot_episode >= 0
+    for key, value in _numeric_info(info, len(slot_episode)):
+        values = value.astype(np.float64)
+        mask = np.asarray(info.get(f"_{key}", active), dtype=bool) & active & np.isfinite(values)
+        if key not in sums:
+            sums[key], counts[key] = np.zeros(n), np.zeros(n)
+        episodes = slot_episode[mask]  # distinct: one slot per running episode
+        sums[key][episodes] += values[mask]
+        counts[key][episodes] += 1
+
+
 def _record_info(
     store: dict[str, np.ndarray],
     info: Mapping[str, Any],
@@ -120,12 +161,7 @@ def _record_info(
     n: int,
 ) -> None:
     """Keep numeric per-env info values at each episode's last step (vector-env info style)."""
-    for key, value in info.items():
-        if key.startswith("_") or key in ("final_obs", "final_info"):
-            continue
-        value = np.asarray(value)
-        if value.shape[:1] != done.shape or value.ndim != 1 or value.dtype.kind not in "biuf":
-            continue
+    for key, value in _numeric_info(info, len(done)):
         mask = np.asarray(info.get(f"_{key}", np.ones_like(done)), dtype=bool) & done
         if key not in store:
             store[key] = np.full(n, np.nan)

@@ -31,11 +31,10 @@ def train_bc(
     env = tasks.make_env(task["env_id"], task["env_kwargs"])
     obs_space, act_space = env.observation_space, env.action_space
     env.close()
-    demos = dataset.read(demos_path)
-    digest = demos.attrs["content_hash"]
+    digest = dataset.read_attrs(demos_path)["content_hash"]
     run.log_dataset(demos_path, digest, context="training")
     result = bc.train_bc(
-        demos,
+        demos_path,  # a path, so that BC can stream it when it does not fit in memory
         policy_cfg=policy_cfg,
         bc_cfg=bc_cfg,
         seed=seed,

@@ -33,7 +33,7 @@ def train_rl(
     run: Run,
 ) -> rl.RLResult:
     """One PPO run of an arm (``init``: bc or scratch) and seed; resumes from ``state_dir``."""
-    digest = dataset.read(demos_path).attrs["content_hash"]
+    digest = dataset.read_attrs(demos_path)["content_hash"]
     run.log_dataset(
         demos_path, digest, context="normalisation" if init == "scratch" else "training"
     )

@@ -1,0 +1,293 @@
+"""Tracking overhead: the share of a BC job's and an RL job's wall time spent in MLflow tracking.
+
+Both jobs run the workflow's own stage functions (``demo2rl.stages.bc.train_bc``,
+``demo2rl.stages.rl.train_rl``, the RL run warm-started from that clone) inside
+``tracking.child_run``, as a Snakemake job does, against two stores:
+
+local   the default SQLite store (a fresh one, created once before the jobs, as ``onstart`` does);
+server  a real ``mlflow server`` on a loopback port of this machine (its own SQLite store).
+
+A job sends its tracking calls (run creation with params and tags, dataset inputs, every
+metrics batch: one per BC epoch and one per RL rollout, artifacts, termination) through one
+background sender thread. Its tracking time is what that can cost the job: the time the job's own
+thread spends in ``demo2rl.tracking`` (set-up, queueing, the final flush) plus the CPU time of the
+sender thread, which competes with the job for the job's cores (waiting on the disk or the
+network costs none). ``overhead_fraction_*`` is that over the job's wall time, the larger of the
+BC and the RL job. Also reported: ``*_inline_fraction``, the wall time of the calls themselves
+(what sending them inline, synchronously, would cost), and the cost of ``import mlflow``, paid
+once per job process.
+
+Writes results/bench/tracking.json. Run: .venv/bin/python benchmarks/tracking.py
+    [--episodes 200] [--rl-steps 100000]  (the other settings are config/config.yaml's)
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+from _common import BENCH_DIR, machine, report
+
+from demo2rl import collect, dataset, provenance, tracking
+from demo2rl.stages import bc as bc_stage
+from demo2rl.stages import rl as rl_stage
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+TARGET = 0.03
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--episodes", type=int, default=200, help="demonstration episodes")
+    parser.add_argument("--rl-steps", type=int, default=100_000, help="env steps of the RL job")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config["experiment"] = "bench-tracking"
+    config["rl"]["total_timesteps"] = args.rl_steps
+    demos = build_dataset(BENCH_DIR / "tracking_demos.h5", config, args.episodes)
+
+    jobs: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-tracking-") as tmp:
+        local = Path(tmp) / "local"
+        with workflow_env(tracking.default_tracking_uri(local / "results")):
+            jobs["local"] = run_jobs(config, demos, local)
+        served = Path(tmp) / "server"
+        with mlflow_server(served) as url, workflow_env(url):
+            jobs["server"] = run_jobs(config, demos, served)
+    import_s = import_seconds()
+
+    figures: dict[str, Any] = {}
+    for store, by_job in jobs.items():
+        figures[f"overhead_fraction_{store}"] = max(j["fraction"] for j in by_job.values())
+    for store, by_job in jobs.items():
+        for name, job in by_job.items():
+            figures[f"{store}_{name}_fraction"] = job["fraction"]
+            figures[f"{store}_{name}_inline_fraction"] = job["inline_s"] / job["wall_s"]
+            figures[f"{store}_{name}_wall_s"] = job["wall_s"]
+            figures[f"{store}_{name}_fraction_with_import"] = (job["tracking_s"] + import_s) / (
+                job["wall_s"] + import_s
+            )
+    figures |= {
+        "import_mlflow_s": import_s,
+        "target": f"overhead_fraction_* < {TARGET}",
+        "meets_target": all(figures[f"overhead_fraction_{s}"] < TARGET for s in jobs),
+        "definition": "max over the BC and the RL job of (the job thread's time in "
+        "demo2rl.tracking + the sender thread's CPU time) / job wall time; *_inline_fraction: "
+        "wall time of the calls themselves / job wall time; *_with_import: one `import mlflow` "
+        "added to both",
+        "jobs": jobs,
+        "run": {
+            "dataset": str(demos),
+            "episodes": args.episodes,
+            "rl_total_timesteps": args.rl_steps,
+            "rl_rollout_steps": config["rl"]["n_envs"] * config["rl"]["ppo"]["n_steps"],
+            "bc_max_epochs": config["bc"]["max_epochs"],
+            "server": "mlflow server on 127.0.0.1, 1 worker, SQLite store, same machine",
+            "versions": provenance.versions(),
+        },
+        "machine": machine(),
+    }
+    report("tracking", figures)
+
+
+def run_jobs(config: dict[str, Any], demos: Path, root: Path) -> dict[str, dict[str, Any]]:
+    """A workflow's parent run, then the BC job and the RL job (warm-started from that clone)."""
+    out = root / "results"
+    tracking.start_workflow(config["experiment"], config, results_dir=out)
+    common = {"task": config["task"], "policy": config["policy"], "seed": config["seed"]}
+    policy = out / "bc" / "policy.pt"
+
+    def train_bc(run: tracking.Run) -> None:
+        bc_stage.train_bc(
+            demos_path=str(demos),
+            policy_out=str(policy),
+            metrics_out=str(out / "bc" / "metrics.json"),
+            plot_out=str(out / "bc" / "loss.png"),
+            task=config["task"],
+            policy_cfg=config["policy"],
+            bc_cfg=config["bc"],
+            eval_cfg=config["evaluate"],
+            seed=config["seed"],
+            threads=1,
+            run=run,
+        )
+
+    def train_rl(run: tracking.Run) -> None:
+        rl_dir = out / "rl" / "bc" / "seed-0"
+        rl_stage.train_rl(
+            init="bc",
+            run_seed=0,
+            demos_path=str(demos),
+            bc_checkpoint=str(policy),
+            policy_out=str(rl_dir / "policy.pt"),
+            progress_out=str(rl_dir / "progress.csv"),
+            evaluations_out=str(rl_dir / "evaluations.csv"),
+            state_dir=str(rl_dir / "state"),
+            task=config["task"],
+            policy_cfg=config["policy"],
+            rl_cfg=config["rl"],
+            eval_cfg=config["evaluate"],
+            seed=config["seed"],
+            clip_obs=config["bc"]["clip_obs"],
+            threads=1,
+            run=run,
+        )
+
+    jobs = {
+        "bc": timed_job("bc", "bc", train_bc, common | {"bc": config["bc"]}, [demos], [policy]),
+        "rl": timed_job(
+            "rl-bc-seed0", "rl", train_rl, common | {"rl": config["rl"]}, [demos, policy], []
+        ),
+    }
+    tracking.end_workflow(success=True)
+    return jobs
+
+
+def timed_job(
+    name: str,
+    stage: str,
+    body: Callable[[tracking.Run], None],
+    params: dict[str, Any],
+    inputs: list[Path],
+    outputs: list[Path],
+) -> dict[str, Any]:
+    """Run ``body`` in a job's child run; its wall time and the time spent tracking."""
+    start = time.perf_counter()
+    with tracking.child_run(
+        name,
+        stage=stage,
+        rule=f"train_{stage}",
+        wildcards={},
+        params=params,
+        inputs=inputs,
+        outputs=outputs,
+    ) as run:
+        body(run)
+    wall = time.perf_counter() - start
+    outbox = run.outbox
+    tracking_s = outbox.seconds + outbox.sender_cpu_seconds
+    print(f"{name}: {wall:.1f} s, tracking {tracking_s:.3f} s ({100 * tracking_s / wall:.2f}%)")
+    return {
+        "wall_s": wall,
+        "tracking_s": tracking_s,
+        "fraction": tracking_s / wall,
+        "job_thread_s": outbox.seconds,
+        "sender_cpu_s": outbox.sender_cpu_seconds,
+        "inline_s": outbox.sender_seconds,
+        "calls": dict(run.calls),
+    }
+
+
+def build_dataset(path: Path, config: dict[str, Any], n_episodes: int) -> Path:
+    """The config's task and expert, ``n_episodes`` merged demonstrations (reused when present)."""
+    if path.is_file() and dataset.read(path).n_episodes == n_episodes:
+        return path
+    print(f"collecting {n_episodes} demonstration episodes into {path} ...")
+    task = config["task"]
+    shard = collect.collect_shard(
+        env_id=task["env_id"],
+        env_kwargs=task["env_kwargs"],
+        expert_entry_point=task["expert"]["entry_point"],
+        expert_kwargs=task["expert"]["kwargs"],
+        base_seed=config["seed"],
+        episodes=range(n_episodes),
+        n_envs=config["collect"]["n_envs"],
+    )
+    valid = config["collect"]["valid_fraction"]
+    merged = dataset.merge([shard], ["bench"], n_episodes=n_episodes, valid_fraction=valid)
+    dataset.write(path, merged)
+    return path
+
+
+@contextlib.contextmanager
+def workflow_env(uri: str) -> Iterator[None]:
+    """``MLFLOW_TRACKING_URI`` set, and the variables start_workflow exports undone afterwards."""
+    keys = ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_ID", "MLFLOW_EXPERIMENT_NAME")
+    keys += (tracking.PARENT_ENV,)
+    saved = {k: os.environ.pop(k, None) for k in keys}
+    os.environ["MLFLOW_TRACKING_URI"] = uri
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            os.environ.pop(key, None)
+            if value is not None:
+                os.environ[key] = value
+
+
+@contextlib.contextmanager
+def mlflow_server(root: Path) -> Iterator[str]:
+    """A real ``mlflow server`` on a free loopback port, stopped as a whole process group."""
+    root.mkdir(parents=True)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    cmd = [str(BIN / "mlflow"), "server", "--host=127.0.0.1", f"--port={port}", "--workers=1"]
+    cmd += [f"--backend-store-uri=sqlite:///{root / 'mlflow.db'}"]
+    cmd += [f"--artifacts-destination={root / 'artifacts'}"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+    env["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] = "false"
+    with open(root / "server.log", "wb") as log:
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=root, start_new_session=True
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=2):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError((root / "server.log").read_text()[-2000:]) from None
+                time.sleep(0.5)
+        yield url
+    finally:
+        stop_group(proc)
+
+
+def stop_group(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    """SIGTERM to the process group, SIGKILL if it is not gone after ``timeout`` s."""
+    os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while True:
+        proc.poll()  # reap the leader
+        try:
+            os.killpg(proc.pid, signal.SIGKILL if time.monotonic() > deadline else 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.3)
+
+
+def import_seconds(repeats: int = 3) -> float:
+    """Median wall time of importing mlflow (and its client) in a fresh interpreter."""
+    code = (
+        "import time; t = time.perf_counter(); import mlflow; "
+        "from mlflow.tracking import MlflowClient; print(time.perf_counter() - t)"
+    )
+    runs = [
+        float(subprocess.run([sys.executable, "-c", code], capture_output=True, check=True).stdout)
+        for _ in range(repeats)
+    ]
+    return statistics.median(runs)
+
+
+if __name__ == "__main__":
+    main()

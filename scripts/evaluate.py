@@ -1,0 +1,17 @@
+"""Rule evaluate: one policy (expert, clone or RL run) on the held-out evaluation tracks."""
+
+from demo2rl.jobs import job
+from demo2rl.stages import evaluate as stage
+
+p, name = snakemake.params, snakemake.wildcards.policy
+with job(snakemake, stage="evaluate", run_name=f"eval-{name}") as run:
+    stage.evaluate_policy(
+        name=name,
+        checkpoint=snakemake.input.get("checkpoint"),
+        out=snakemake.output[0],
+        task=p.task,
+        policy_cfg=p.policy,
+        eval_cfg=p.evaluate,
+        seed=p.seed,
+        run=run,
+    )

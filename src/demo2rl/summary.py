@@ -1,0 +1,365 @@
+"""Comparing the policies on the held-out evaluation: rliable's aggregates with bootstrap intervals.
+
+Every policy drove the same held-out tracks (one episode per evaluation seed), so each policy
+group has a score matrix ``(runs, tracks)`` in rliable's ``(num_runs, num_tasks)`` layout: one run
+for the expert and for the clone, one run per seed for each RL arm. On it:
+
+* **mean** and **IQM** (interquartile mean: the mean of the middle 50% of all run x track scores,
+  robust to a few crashed episodes): ``rliable.metrics.aggregate_mean`` / ``aggregate_iqm``;
+* **probability of improvement** P(X > Y): on each track, the fraction of (run of X, run of Y)
+  pairs where X scores higher (ties count half), averaged over tracks:
+  ``rliable.metrics.probability_of_improvement``;
+* **confidence intervals**: percentile intervals of a stratified bootstrap. Each replicate draws
+  the runs of every group with replacement (a run is resampled whole: it is one policy on every
+  track), and draws the tracks with replacement (rliable's task bootstrap), the same tracks for
+  every group because every policy drove the same ones. The intervals thus cover both the spread
+  between training seeds and the luck of the held-out tracks; for a single policy (expert, clone)
+  only the latter.
+
+rliable's own bootstrap (``rliable.library``) is not used: it resamples a run independently per
+task, which would treat one policy's scores on different tracks as independent runs, and it cannot
+be imported with the pinned pandas 3 (its dependency ``arch`` 7 fails). The bootstrap here is
+vectorised numpy, seeded, and its point estimates are rliable's.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import scipy.stats
+from rliable import metrics as rly
+
+GROUPS = ("expert", "bc", "rl_bc", "rl_scratch")
+"""Policy groups, in the order of every table and plot."""
+LABELS = {
+    "expert": "expert",
+    "bc": "behaviour clone",
+    "rl_bc": "RL from BC",
+    "rl_scratch": "RL from scratch",
+}
+COMPARISONS = (("rl_bc", "rl_scratch"), ("rl_bc", "bc"), ("rl_scratch", "bc"))
+"""Pairs (X, Y) whose probability of improvement P(X > Y) is reported; the first is the
+headline: does RL warm-started from the clone beat RL from scratch?"""
+METRICS = {
+    "return": "return",
+    "length": "episode length (steps)",
+    "lap_time": "lap time (s)",
+    "lap_completed": "episodes with a lap",
+    "avg_speed": "average speed (m/s)",
+    "off_track_rate": "off-track rate",
+    "laps": "laps",
+}
+"""Per-episode metrics summarised when every evaluation has them, with their labels."""
+_RL_NAME = re.compile(r"rl-(bc|scratch)-seed(\d+)")
+
+
+def policy_group(name: str) -> str:
+    """The group of an evaluated policy: ``expert``, ``bc``, ``rl-bc-seed0`` -> ``rl_bc``."""
+    if name in ("expert", "bc"):
+        return name
+    match = _RL_NAME.fullmatch(name)
+    if not match:
+        raise ValueError(f"unknown policy name {name!r} (expert, bc, rl-<bc|scratch>-seed<N>)")
+    return f"rl_{match.group(1)}"
+
+
+def comparison_key(x: str, y: str) -> str:
+    """Name of the comparison P(x > y), e.g. ``rl_bc_vs_rl_scratch``."""
+    return f"{x}_vs_{y}"
+
+
+# --------------------------------------------------------------------------------------------
+# point estimates (rliable) and their batched forms (bootstrap replicates)
+
+
+def mean(scores: np.ndarray) -> float:
+    """Mean over all runs and tracks (``rliable.metrics.aggregate_mean``)."""
+    return float(rly.aggregate_mean(np.asarray(scores, dtype=np.float64)))
+
+
+def iqm(scores: np.ndarray) -> float:
+    """Interquartile mean over all runs and tracks (``rliable.metrics.aggregate_iqm``)."""
+    return float(rly.aggregate_iqm(np.asarray(scores, dtype=np.float64)))
+
+
+def probability_of_improvement(x: np.ndarray, y: np.ndarray) -> float:
+    """P(X > Y) of two ``(runs, tracks)`` matrices on the same tracks (rliable's definition)."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if x.shape[1] != y.shape[1]:
+        raise ValueError(f"different numbers of tracks: {x.shape[1]} vs {y.shape[1]}")
+    return float(rly.probability_of_improvement(x, y))
+
+
+def batched_iqm(samples: np.ndarray) -> np.ndarray:
+    """IQM of each replicate ``samples[b]`` (any trailing shape): ``aggregate_iqm`` batched."""
+    return scipy.stats.trim_mean(samples.reshape(len(samples), -1), 0.25, axis=1)
+
+
+def batched_improvement(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """P(X > Y) of each replicate: ``x`` ``(B, runs_x, tracks)``, ``y`` ``(B, runs_y, tracks)``.
+
+    Per track the Mann-Whitney U statistic over run pairs divided by the number of pairs (ties
+    count half), averaged over tracks: ``rliable.metrics.probability_of_improvement`` batched.
+    """
+    xs, ys = x[:, :, None, :], y[:, None, :, :]
+    wins = (xs > ys).mean(axis=(1, 2)) + 0.5 * (xs == ys).mean(axis=(1, 2))
+    return wins.mean(axis=1)
+
+
+# --------------------------------------------------------------------------------------------
+# the bootstrap
+
+
+def compare(
+    scores: Mapping[str, np.ndarray],
+    comparisons: Sequence[tuple[str, str]] = COMPARISONS,
+    *,
+    reps: int = 10_000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    chunk: int = 1000,
+) -> dict[str, Any]:
+    """Mean, IQM and P(X > Y) with bootstrap confidence intervals (see the module docstring).
+
+    ``scores`` maps a group to its ``(runs, tracks)`` matrix; all have the same tracks, in the
+    same order. Comparisons whose groups are missing are skipped. Returns ``{"groups": {group:
+    {n_runs, n_tracks, mean, mean_ci, iqm, iqm_ci}}, "improvement": {"x_vs_y": {x, y,
+    probability, ci}}}``; the same ``seed`` gives the same intervals.
+    """
+    mats = {g: np.asarray(s, dtype=np.float64) for g, s in scores.items()}
+    tracks = {m.shape[1] for m in mats.values()}
+    if len(tracks) != 1 or any(m.ndim != 2 or m.shape[0] < 1 for m in mats.values()):
+        raise ValueError(f"expected (runs, tracks) matrices on the same tracks: {_shapes(mats)}")
+    n_tracks = tracks.pop()
+    pairs = [(x, y) for x, y in comparisons if x in mats and y in mats]
+    rng = np.random.default_rng(seed)
+    stats: dict[str, list[np.ndarray]] = {f"{g}.{s}": [] for g in mats for s in ("mean", "iqm")}
+    stats |= {comparison_key(x, y): [] for x, y in pairs}
+    for start in range(0, reps, chunk):
+        b = min(chunk, reps - start)
+        cols = rng.integers(n_tracks, size=(b, 1, n_tracks))  # shared by every group
+        draws = {}
+        for g, m in mats.items():
+            rows = rng.integers(len(m), size=(b, len(m), 1))  # whole runs
+            draws[g] = m[rows, cols]
+            stats[f"{g}.mean"].append(draws[g].mean(axis=(1, 2)))
+            stats[f"{g}.iqm"].append(batched_iqm(draws[g]))
+        for x, y in pairs:
+            stats[comparison_key(x, y)].append(batched_improvement(draws[x], draws[y]))
+    tail = 100 * (1 - confidence) / 2
+
+    def interval(key: str) -> list[float]:
+        lo, hi = np.percentile(np.concatenate(stats[key]), [tail, 100 - tail])
+        return [float(lo), float(hi)]
+
+    groups = {
+        g: {
+            "n_runs": int(m.shape[0]),
+            "n_tracks": int(n_tracks),
+            "mean": mean(m),
+            "mean_ci": interval(f"{g}.mean"),
+            "iqm": iqm(m),
+            "iqm_ci": interval(f"{g}.iqm"),
+        }
+        for g, m in mats.items()
+    }
+    improvement = {
+        comparison_key(x, y): {
+            "x": x,
+            "y": y,
+            "probability": probability_of_improvement(mats[x], mats[y]),
+            "ci": interval(comparison_key(x, y)),
+        }
+        for x, y in pairs
+    }
+    return {"groups": groups, "improvement": improvement}
+
+
+def curve_band(
+    runs: Sequence[tuple[np.ndarray, np.ndarray]],
+    *,
+    reps: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> dict[str, np.ndarray]:
+    """Mean learning curve over runs and a bootstrap interval of that mean (runs resampled).
+
+    ``runs`` holds each run's (steps, values). Runs are interpolated onto the union of their
+    steps, within the range every run covers. Returns ``step``, ``mean``, ``low``, ``high``.
+    """
+    if not runs:
+        raise ValueError("no runs")
+    lo = max(float(np.min(s)) for s, _ in runs)
+    hi = min(float(np.max(s)) for s, _ in runs)
+    grid = np.unique(np.concatenate([np.asarray(s, dtype=np.float64) for s, _ in runs]))
+    grid = grid[(grid >= lo) & (grid <= hi)]
+    curves = np.stack([np.interp(grid, *_sorted(s, v)) for s, v in runs])  # (runs, steps)
+    rng = np.random.default_rng(seed)
+    boot = curves[rng.integers(len(curves), size=(reps, len(curves)))].mean(axis=1)
+    tail = 100 * (1 - confidence) / 2
+    low, high = np.percentile(boot, [tail, 100 - tail], axis=0)
+    return {"step": grid, "mean": curves.mean(axis=0), "low": low, "high": high}
+
+
+# --------------------------------------------------------------------------------------------
+# from evaluation records (the evaluate rule's JSON files) to the summary
+
+
+def summarize(
+    records: Sequence[Mapping[str, Any]],
+    *,
+    reps: int = 10_000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """The comparison of evaluated policies: what ``summary.json`` holds.
+
+    ``records`` are evaluation records (``policy`` name and per-episode ``episodes`` arrays, one
+    episode per held-out track, the same tracks for all). Per group: runs, mean and IQM of the
+    return with intervals, and the means of the other metrics; P(X > Y) for
+    :data:`COMPARISONS`; per run its mean return and metrics; and the best RL run.
+    """
+    if not records:
+        raise ValueError("no evaluation records")
+    tracks = [int(s) for s in records[0]["episodes"]["seed"]]
+    for rec in records:
+        if [int(s) for s in rec["episodes"]["seed"]] != tracks:
+            raise ValueError(
+                f"{rec['policy']} was evaluated on other tracks than {records[0]['policy']}"
+            )
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for rec in sorted(records, key=lambda r: (GROUPS.index(policy_group(r["policy"])), _seed(r))):
+        groups.setdefault(policy_group(rec["policy"]), []).append(rec)
+    names = [m for m in METRICS if all(m in rec["episodes"] for rec in records)]
+    scores = {g: np.stack([_column(r, "return") for r in recs]) for g, recs in groups.items()}
+    stats = compare(scores, reps=reps, confidence=confidence, seed=seed)
+    for g, recs in groups.items():
+        pooled = {m: np.concatenate([_column(r, m) for r in recs]) for m in names}
+        stats["groups"][g] |= {
+            "label": LABELS[g],
+            "policies": [r["policy"] for r in recs],
+            "metrics": {m: _nanmean(v) for m, v in pooled.items()},
+        }
+    runs = [
+        {"policy": r["policy"], "group": g, "seed": _seed(r) if g.startswith("rl_") else None}
+        | {f"{m}_mean": _nanmean(_column(r, m)) for m in names}
+        | {"return_iqm": iqm(_column(r, "return")[None, :])}
+        for g, recs in groups.items()
+        for r in recs
+    ]
+    rl_runs = [r for r in runs if r["group"].startswith("rl_")]
+    best = max(rl_runs, key=lambda r: r["return_mean"]) if rl_runs else None
+    return {
+        "tracks": tracks,
+        "n_tracks": len(tracks),
+        "confidence": confidence,
+        "bootstrap_reps": reps,
+        "metrics": {m: METRICS[m] for m in names},
+        "groups": {g: stats["groups"][g] for g in groups},
+        "probability_of_improvement": stats["improvement"],
+        "runs": runs,
+        "best_rl": best["policy"] if best else None,
+    }
+
+
+def tables(summary: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """The summary as flat tables (rows of dicts): ``policies``, ``improvement`` and ``runs``."""
+    policies = []
+    for g, st in summary["groups"].items():
+        row = {"group": g, "label": st["label"], "runs": st["n_runs"], "tracks": st["n_tracks"]}
+        row |= {"return_mean": st["mean"], "return_mean_low": st["mean_ci"][0]}
+        row |= {"return_mean_high": st["mean_ci"][1], "return_iqm": st["iqm"]}
+        row |= {"return_iqm_low": st["iqm_ci"][0], "return_iqm_high": st["iqm_ci"][1]}
+        row |= {f"{m}_mean": v for m, v in st["metrics"].items() if m != "return"}
+        policies.append(row)
+    improvement = [
+        {"comparison": key, "x": c["x"], "y": c["y"], "probability": c["probability"]}
+        | {"low": c["ci"][0], "high": c["ci"][1]}
+        for key, c in summary["probability_of_improvement"].items()
+    ]
+    return {"policies": policies, "improvement": improvement, "runs": list(summary["runs"])}
+
+
+def markdown(summary: Mapping[str, Any], plots: Mapping[str, str] | None = None) -> str:
+    """``summary.md``: the comparison table, the probabilities of improvement, the method, and
+    links to ``plots`` (title -> path relative to the markdown file)."""
+    pct = round(100 * summary["confidence"])
+    extra = [m for m in summary["metrics"] if m not in ("return", "length")]
+    head = ["policy", "runs", "mean return", f"IQM return [{pct}% CI]"]
+    head += [summary["metrics"][m] for m in extra]
+    lines = [
+        "# Held-out evaluation",
+        "",
+        f"Every policy ran the same {summary['n_tracks']} held-out episodes (for the racing task: "
+        "tracks), whose seeds no stage trained on.",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    for st in summary["groups"].values():
+        cells = [st["label"], str(st["n_runs"]), _ci(st["mean"], st["mean_ci"])]
+        cells += [_ci(st["iqm"], st["iqm_ci"])]
+        cells += [_fmt(st["metrics"].get(m)) for m in extra]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", f"Probability of improvement, P(X > Y) [{pct}% CI]:", ""]
+    for c in summary["probability_of_improvement"].values():
+        p = _ci(c["probability"], c["ci"], digits=2)
+        lines.append(f"- P({LABELS[c['x']]} > {LABELS[c['y']]}) = {p}")
+    if summary.get("best_rl"):
+        lines += ["", f"Best RL run (highest mean return): `{summary['best_rl']}`."]
+    lines += [
+        "",
+        "IQM: interquartile mean of all run x episode returns (rliable). P(X > Y): in an "
+        "episode, the chance that a run of X scores higher than a run of Y (ties count half), "
+        f"averaged over the episodes. Intervals: {summary['bootstrap_reps']} stratified "
+        "bootstrap replicates resampling whole runs (seeds) within each policy and the "
+        "episodes (shared by all policies), percentile method; for the expert and the clone "
+        "(one run each) they reflect the episodes only.",
+    ]
+    for title, path in (plots or {}).items():
+        lines += ["", f"![{title}]({path})"]
+    return "\n".join(lines) + "\n"
+
+
+def _ci(value: float, ci: Sequence[float], digits: int = 1) -> str:
+    return f"{value:.{digits}f} [{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]"
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.3g}" if abs(value) < 1 else f"{value:.1f}"
+
+
+def level(record: Mapping[str, Any], n_tracks: int) -> float:
+    """Mean return of an evaluation record on its first ``n_tracks`` tracks (those the RL runs'
+    learning curves were evaluated on)."""
+    return float(np.mean(_column(record, "return")[:n_tracks]))
+
+
+def _column(record: Mapping[str, Any], key: str) -> np.ndarray:
+    """A per-episode array of a record (JSON null -> NaN)."""
+    values = record["episodes"][key]
+    return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+
+
+def _nanmean(values: np.ndarray) -> float | None:
+    finite = values[np.isfinite(values)]
+    return float(finite.mean()) if len(finite) else None
+
+
+def _seed(record: Mapping[str, Any]) -> int:
+    match = _RL_NAME.fullmatch(record["policy"])
+    return int(match.group(2)) if match else -1
+
+
+def _sorted(steps: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    order = np.argsort(np.asarray(steps, dtype=np.float64), kind="stable")
+    return np.asarray(steps, dtype=np.float64)[order], np.asarray(values, dtype=np.float64)[order]
+
+
+def _shapes(mats: Mapping[str, np.ndarray]) -> str:
+    return ", ".join(f"{g} {m.shape}" for g, m in mats.items())

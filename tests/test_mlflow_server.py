@@ -1,0 +1,347 @@
+"""Server mode: the workflow logs to a real `mlflow server` (checked through its REST API), and a
+tracking outage in the middle of an RL job costs no training."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+import yaml
+from conftest import BIN, REPO, TEST_CONFIG, snakemake
+
+from demo2rl import dataset, tracking
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+CONFIG = yaml.safe_load(TEST_CONFIG.read_text())
+EXP = CONFIG["experiment"]
+RESULTS = f"results/{EXP}"
+# through BC and one RL run: every kind of job and every lineage link, in a couple of minutes
+TARGET = f"{RESULTS}/rl/bc/seed-0/policy.pt"
+JOBS = {"collect-shard0", "collect-shard1", "collect-shard2", "merge-demos", "bc", "rl-bc-seed0"}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class MlflowServer:
+    """A real ``mlflow server`` on a loopback port with a SQLite store under ``root``.
+
+    It runs in its own session (setsid), and stopping it signals that whole process group: the
+    server's workers outlive a plain kill of the server process.
+    """
+
+    def __init__(self, root: Path, port: int | None = None) -> None:
+        self.root = root
+        self.port = port or free_port()
+        self.store = f"sqlite:///{root / 'mlflow.db'}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 180.0) -> None:
+        """Start the server and wait until it answers /health."""
+        cmd = [
+            str(BIN / "mlflow"),
+            "server",
+            "--host=127.0.0.1",
+            f"--port={self.port}",
+            "--workers=1",
+            f"--backend-store-uri={self.store}",
+            f"--artifacts-destination={self.root / 'artifacts'}",
+        ]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+        env["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] = "false"  # GenAI job runners: not needed
+        with open(self.root / "server.log", "ab") as out:
+            self.proc = subprocess.Popen(
+                cmd,
+                cwd=self.root,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"mlflow server exited:\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as resp:
+                    if resp.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.5)
+        self.stop()
+        raise RuntimeError(f"mlflow server not up after {timeout} s:\n{self.log_tail()}")
+
+    def stop(self, sig: signal.Signals = signal.SIGTERM, timeout: float = 30.0) -> None:
+        """Signal the server's process group and wait until every process in it is gone."""
+        if self.proc is None:
+            return
+        pgid = self.proc.pid  # the session leader: its pid is the group id
+        deadline = time.monotonic() + timeout
+        with_signal = sig
+        while True:
+            try:
+                os.killpg(pgid, with_signal)
+            except ProcessLookupError:
+                break
+            self.proc.poll()  # reap the leader, or it stays in the group as a zombie
+            time.sleep(0.3)
+            with_signal = 0  # afterwards only probe whether the group still exists
+            if time.monotonic() > deadline:
+                with_signal, deadline = signal.SIGKILL, time.monotonic() + timeout
+        self.proc.wait(timeout=timeout)
+        self.proc = None
+
+    def log_tail(self, chars: int = 3000) -> str:
+        return (self.root / "server.log").read_text(errors="replace")[-chars:]
+
+    def get(self, endpoint: str, **query: Any) -> dict[str, Any]:
+        url = f"{self.url}/api/2.0/mlflow/{endpoint}?{urllib.parse.urlencode(query)}"
+        with urllib.request.urlopen(url, timeout=30) as resp:
+            return json.load(resp)
+
+    def post(self, endpoint: str, payload: dict[str, Any]) -> dict[str, Any]:
+        request = urllib.request.Request(
+            f"{self.url}/api/2.0/mlflow/{endpoint}",
+            data=json.dumps(payload).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as resp:
+            return json.load(resp)
+
+    def runs(self, experiment: str) -> list[dict[str, Any]]:
+        """Every run of the experiment, through REST, with tags/params/metrics as dicts."""
+        experiment_id = self.get("experiments/get-by-name", experiment_name=experiment)
+        payload = {"experiment_ids": [experiment_id["experiment"]["experiment_id"]]}
+        runs = self.post("runs/search", payload | {"max_results": 1000}).get("runs", [])
+        for run in runs:
+            for part in ("tags", "params", "metrics"):
+                run["data"][part] = {x["key"]: x["value"] for x in run["data"].get(part, [])}
+        return runs
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
+    server = MlflowServer(tmp_path_factory.mktemp("mlflow-server"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def served(server: MlflowServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The test config through BC and one RL run, every job logging to the server."""
+    workdir = tmp_path_factory.mktemp("served")
+    snakemake(
+        workdir,
+        TARGET,
+        "--cores=2",
+        "--configfile",
+        str(TEST_CONFIG),
+        env={"MLFLOW_TRACKING_URI": server.url},
+    )
+    return workdir
+
+
+def by_name(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {run["info"]["run_name"]: run for run in runs}
+
+
+def config_file(path: Path, **sections: dict[str, Any]) -> Path:
+    """The test config with some sections updated, keys in their original order."""
+    config = yaml.safe_load(TEST_CONFIG.read_text())
+    for name, values in sections.items():
+        config[name] = config.get(name, {}) | values
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def test_every_job_logs_to_the_server(server: MlflowServer, served: Path):
+    runs = server.runs(EXP)
+    parents = [r for r in runs if r["data"]["tags"].get("demo2rl.stage") == "workflow"]
+    assert len(parents) == 1
+    parent = parents[0]
+    assert parent["info"]["status"] == "FINISHED"
+    assert parent["data"]["params"]["collect.n_episodes"] == str(CONFIG["collect"]["n_episodes"])
+    assert parent["data"]["params"]["tracking.fail_on_error"] == "False"
+    children = by_name(r for r in runs if r is not parent)
+    assert set(children) == JOBS
+    for name, run in children.items():
+        tags, params, metrics = (run["data"][k] for k in ("tags", "params", "metrics"))
+        assert run["info"]["status"] == "FINISHED", name
+        assert tags["mlflow.parentRunId"] == parent["info"]["run_id"], name
+        assert tags["demo2rl.code_revision"] and tags["demo2rl.rule"], name
+        assert float(metrics["job_seconds"]) > 0, name
+        assert "tracking" not in {key.split(".")[0] for key in params}, name
+    shard = children["collect-shard1"]
+    assert shard["data"]["tags"]["demo2rl.stage"] == "collect"
+    assert shard["data"]["tags"]["demo2rl.wildcard.shard"] == "1"
+    assert shard["data"]["params"]["task.env_id"] == "Racing-v0"
+    bc = children["bc"]
+    assert bc["data"]["params"]["bc.max_epochs"] == str(CONFIG["bc"]["max_epochs"])
+    assert float(bc["data"]["metrics"]["final.bc_return_mean"]) != 0
+    rl = children["rl-bc-seed0"]
+    assert rl["data"]["tags"]["demo2rl.wildcard.init"] == "bc"
+    assert rl["data"]["params"]["rl.total_timesteps"] == str(CONFIG["rl"]["total_timesteps"])
+    assert "train/approx_kl" in rl["data"]["metrics"]
+    # the job outputs live in the workflow's results, the tracking data on the server only
+    assert not (served / "results" / "mlflow.db").exists()
+    assert not (served / "mlruns").exists() and not (served / "results" / "mlartifacts").exists()
+    listed = server.get("artifacts/list", run_id=bc["info"]["run_id"])
+    assert {"policy.pt", "loss.png"} <= {f["path"] for f in listed["files"]}
+
+
+def test_one_rl_rollout_is_one_row_of_metrics(server: MlflowServer, served: Path):
+    rl = by_name(server.runs(EXP))["rl-bc-seed0"]
+    history = server.get(
+        "metrics/get-history", run_id=rl["info"]["run_id"], metric_key="time/total_timesteps"
+    )["metrics"]
+    progress = pd.read_csv(served / RESULTS / "rl/bc/seed-0/progress.csv")
+    assert [m["step"] for m in history] == progress["time/total_timesteps"].tolist()
+
+
+def test_runs_record_their_dataset_and_the_runs_they_consumed(server: MlflowServer, served: Path):
+    runs = by_name(server.runs(EXP))
+    ids = {name: run["info"]["run_id"] for name, run in runs.items()}
+    tags = {name: run["data"]["tags"] for name, run in runs.items()}
+    shards = ",".join(ids[f"collect-shard{k}"] for k in range(3))
+    assert tags["merge-demos"]["demo2rl.upstream.collect"] == shards
+    assert tags["bc"]["demo2rl.upstream.merge"] == ids["merge-demos"]
+    assert tags["rl-bc-seed0"]["demo2rl.upstream.merge"] == ids["merge-demos"]
+    assert tags["rl-bc-seed0"]["demo2rl.upstream.bc"] == ids["bc"]
+    demos = served / RESULTS / "demos" / "demos.h5"
+    digest = dataset.read(demos).attrs["content_hash"]
+    for name in ("merge-demos", "bc", "rl-bc-seed0"):
+        (entry,) = runs[name]["inputs"]["dataset_inputs"]
+        assert entry["dataset"]["digest"] == digest[:36], name
+        assert json.loads(entry["dataset"]["source"])["uri"] == str(demos.resolve()), name
+        assert tags[name]["demo2rl.dataset_hash"] == digest, name
+    (shard_input,) = runs["collect-shard0"]["inputs"]["dataset_inputs"]
+    assert shard_input["dataset"]["name"] == "shard-0.h5"
+
+
+def test_tracking_settings_rerun_nothing(served: Path, tmp_path: Path):
+    """Switching fail_on_error changes no result, so it must rerun no job (compared with the
+    same dry run without the switch: library edits elsewhere may rerun jobs meanwhile)."""
+    strict = config_file(tmp_path / "strict.yaml", tracking={"fail_on_error": True})
+
+    def would_run(config: Path) -> list[str]:
+        out = snakemake(served, TARGET, "-n", "--configfile", str(config)).stdout
+        return sorted(line.strip() for line in out.splitlines() if "reason:" in line)
+
+    assert would_run(strict) == would_run(TEST_CONFIG)
+
+
+def test_fail_on_error_stops_the_workflow_when_the_server_is_down(served: Path, tmp_path: Path):
+    strict = config_file(tmp_path / "strict.yaml", tracking={"fail_on_error": True})
+    demos = served / RESULTS / "demos" / "demos.h5"
+    before = demos.stat().st_mtime_ns
+    proc = snakemake(
+        served,
+        str(demos.relative_to(served)),
+        "--cores=1",
+        "--forcerun=merge_demos",
+        "--configfile",
+        str(strict),
+        env={"MLFLOW_TRACKING_URI": f"http://127.0.0.1:{free_port()}"},
+        check=False,
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, output
+    assert "Connection refused" in output or "Max retries exceeded" in output, output
+    assert demos.stat().st_mtime_ns == before, "no job may run"
+
+
+def test_server_outage_mid_run_loses_no_training(
+    server: MlflowServer, served: Path, tmp_path: Path
+):
+    """Kill the server while an RL job trains, start it again: the job trains on, buffers its
+    metrics, says so in its log, and the server ends up with every rollout's row."""
+    longer = config_file(
+        tmp_path / "longer.yaml",
+        rl={"total_timesteps": 65536, "checkpoint_every": 16384, "eval_every": 16384},
+    )
+    target = f"{RESULTS}/rl/scratch/seed-0/policy.pt"
+    log_path = served / RESULTS / "logs/train_rl/scratch-seed0.log"
+    cmd = [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(served), target]
+    cmd += ["--cores=1", "--configfile", str(longer)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "DEMO2RL_"))}
+    env["MLFLOW_TRACKING_URI"] = server.url
+    with open(tmp_path / "snakemake.out", "w") as out:
+        workflow = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+    try:
+        wait_for(lambda: len(progress_lines(log_path)) >= 1, 300, "training to start")
+        server.stop(signal.SIGKILL)  # a crash, not a shutdown
+        wait_for(lambda: trained_after_failure(log_path) >= 2, 120, "training during the outage")
+        server.start()
+        assert workflow.wait(timeout=600) == 0, (tmp_path / "snakemake.out").read_text()
+    finally:
+        if workflow.poll() is None:
+            workflow.kill()
+    text = log_path.read_text()
+    assert "training continues, tracking calls are buffered" in text
+    assert "reachable again" in text
+    times = [t for t, _ in progress_lines(log_path)]
+    assert max(b - a for a, b in itertools.pairwise(times)) < 10, "training stalled"
+    out_dir = served / RESULTS / "rl/scratch/seed-0"
+    assert all((out_dir / name).is_file() for name in ("policy.pt", "progress.csv"))
+    assert (out_dir / "evaluations.csv").is_file()
+    rl = [r for r in server.runs(EXP) if r["info"]["run_name"] == "rl-scratch-seed0"]
+    assert len(rl) == 1 and rl[0]["info"]["status"] == "FINISHED"
+    history = server.get(
+        "metrics/get-history", run_id=rl[0]["info"]["run_id"], metric_key="time/total_timesteps"
+    )["metrics"]
+    progress = pd.read_csv(out_dir / "progress.csv")
+    assert [m["step"] for m in history] == progress["time/total_timesteps"].tolist()
+    assert progress["time/total_timesteps"].iloc[-1] == 65536
+    assert tracking.sidecar_path(out_dir / "policy.pt").is_file()
+
+
+STEP_LINE = re.compile(r"^(\d\d):(\d\d):(\d\d) INFO demo2rl\.rl: step \d+/", re.MULTILINE)
+
+
+def progress_lines(log_path: Path) -> list[tuple[int, int]]:
+    """(seconds of the day, offset in the log) of each training progress line."""
+    if not log_path.is_file():
+        return []
+    text = log_path.read_text()
+    return [
+        (int(h) * 3600 + int(m) * 60 + int(s), match.start())
+        for match in STEP_LINE.finditer(text)
+        for h, m, s in [match.groups()]
+    ]
+
+
+def trained_after_failure(log_path: Path) -> int:
+    """Progress lines after the job logged its first tracking failure."""
+    failed = log_path.read_text().find("MLflow tracking failed") if log_path.is_file() else -1
+    return 0 if failed < 0 else sum(offset > failed for _, offset in progress_lines(log_path))
+
+
+def wait_for(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)

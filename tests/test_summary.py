@@ -1,0 +1,444 @@
+"""The held-out comparison: rliable's statistics, the bootstrap, and the summary the workflow
+writes (recomputed from its evaluation JSONs), with evaluation seeds disjoint from all others."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pytest
+import yaml
+from conftest import REPO, TEST_CONFIG, snakemake
+from rliable import metrics as rly
+
+from demo2rl import dataset, evaluation, rollout, seeds, summary, tasks
+
+CONFIG = yaml.safe_load(TEST_CONFIG.read_text())
+EXP = CONFIG["experiment"]
+RACING_KW = {"max_steps": 60}
+TABLES = ("policies", "improvement", "runs", "episodes")
+
+
+def record(policy: str, returns, tracks=None, **metrics) -> dict:
+    """An evaluation record as the evaluate rule writes it (the parts the summary reads)."""
+    returns = list(map(float, returns))
+    episodes = {"seed": tracks or list(range(len(returns))), "return": returns}
+    episodes |= {"length": [100] * len(returns)} | {k: list(v) for k, v in metrics.items()}
+    return {"policy": policy, "episodes": episodes}
+
+
+# --------------------------------------------------------------------------------------------
+# statistics
+
+
+def test_point_estimates_are_rliables():
+    rng = np.random.default_rng(0)
+    x = np.round(rng.normal(size=(3, 20)), 1)  # rounding makes ties
+    y = np.round(rng.normal(size=(5, 20)), 1)
+    assert summary.iqm(x) == pytest.approx(rly.aggregate_iqm(x))
+    assert summary.mean(x) == pytest.approx(rly.aggregate_mean(x))
+    assert summary.probability_of_improvement(x, y) == pytest.approx(
+        rly.probability_of_improvement(x, y)
+    )
+    # the batched forms used for the bootstrap replicates agree with rliable too
+    assert summary.batched_iqm(x[None])[0] == pytest.approx(rly.aggregate_iqm(x))
+    assert summary.batched_improvement(x[None], y[None])[0] == pytest.approx(
+        rly.probability_of_improvement(x, y)
+    )
+    assert summary.probability_of_improvement(x, x) == 0.5
+
+
+def test_intervals_contain_the_estimates_and_are_reproducible():
+    rng = np.random.default_rng(1)
+    scores = {
+        "expert": rng.normal(50, 5, size=(1, 30)),
+        "rl_bc": rng.normal(55, 5, size=(3, 30)),
+        "rl_scratch": rng.normal(30, 5, size=(3, 30)),
+    }
+    a = summary.compare(scores, reps=2000, seed=3)
+    assert a == summary.compare(scores, reps=2000, seed=3)
+    assert a != summary.compare(scores, reps=2000, seed=4)
+    for g, st in a["groups"].items():
+        assert st["n_runs"] == len(scores[g]) and st["n_tracks"] == 30
+        assert st["iqm_ci"][0] <= st["iqm"] <= st["iqm_ci"][1]
+        assert st["mean_ci"][0] <= st["mean"] <= st["mean_ci"][1]
+    # only the comparisons whose groups exist; rl_bc clearly beats rl_scratch
+    assert set(a["improvement"]) == {"rl_bc_vs_rl_scratch"}
+    headline = a["improvement"]["rl_bc_vs_rl_scratch"]
+    assert headline["probability"] > 0.95 and headline["ci"][0] > 0.5
+
+
+def test_bootstrap_resamples_whole_runs_and_the_tracks():
+    tracks = np.linspace(10, 20, 40)
+    # three seeds that differ by a constant on every track: the spread is between runs only
+    runs = tracks[None, :] + np.array([[-5.0], [0.0], [5.0]])
+    one = summary.compare({"rl_bc": runs[1:2]}, reps=2000)["groups"]["rl_bc"]
+    three = summary.compare({"rl_bc": runs}, reps=2000)["groups"]["rl_bc"]
+    # one run: only the tracks' spread; three: the seeds' spread widens the interval a lot (a
+    # bootstrap that resampled runs per track independently would average it away)
+    width = lambda st: st["mean_ci"][1] - st["mean_ci"][0]  # noqa: E731
+    assert width(three) > 2.5 * width(one)
+    assert three["mean_ci"][0] < 12 and three["mean_ci"][1] > 18
+    flat = summary.compare({"bc": np.full((1, 10), 7.0)}, reps=500)["groups"]["bc"]
+    assert flat["iqm_ci"] == [7.0, 7.0]
+
+
+def test_compare_rejects_matrices_on_different_tracks():
+    with pytest.raises(ValueError, match="same tracks"):
+        summary.compare({"a": np.zeros((1, 5)), "b": np.zeros((2, 6))})
+
+
+def test_curve_band_averages_runs_on_a_common_step_grid():
+    band = summary.curve_band(
+        [
+            (np.array([0, 10, 20]), np.array([0.0, 1.0, 2.0])),
+            (np.array([0, 20]), np.array([2.0, 4.0])),
+        ],
+        reps=500,
+    )
+    assert band["step"].tolist() == [0, 10, 20]
+    assert band["mean"].tolist() == pytest.approx([1.0, 2.0, 3.0])
+    assert np.all(band["low"] <= band["mean"]) and np.all(band["mean"] <= band["high"])
+    single = summary.curve_band([(np.array([0, 5]), np.array([1.0, 3.0]))])
+    assert single["low"].tolist() == single["mean"].tolist() == single["high"].tolist()
+
+
+@pytest.mark.parametrize(
+    ("name", "group"),
+    [
+        ("expert", "expert"),
+        ("bc", "bc"),
+        ("rl-bc-seed0", "rl_bc"),
+        ("rl-scratch-seed12", "rl_scratch"),
+    ],
+)
+def test_policy_groups(name, group):
+    assert summary.policy_group(name) == group
+
+
+def test_unknown_policy_name_is_an_error():
+    with pytest.raises(ValueError, match="unknown policy"):
+        summary.policy_group("rl-sac-seed0")
+
+
+def test_summary_of_records_without_task_metrics():
+    """A generic task (no lap times): return and length only; the best RL run is named."""
+    records = [
+        record("expert", [90, 91, 92, 93]),
+        record("bc", [80, 85, 70, 88]),
+        record("rl-bc-seed0", [95, 96, 90, 97]),
+        record("rl-bc-seed1", [99, 98, 97, 96]),
+        record("rl-scratch-seed0", [-10, 0, -5, 3]),
+        record("rl-scratch-seed1", [20, 10, 15, 5]),
+    ]
+    out = summary.summarize(records, reps=300)
+    assert list(out["groups"]) == ["expert", "bc", "rl_bc", "rl_scratch"]
+    assert set(out["metrics"]) == {"return", "length"}
+    assert out["groups"]["rl_bc"]["policies"] == ["rl-bc-seed0", "rl-bc-seed1"]
+    assert out["groups"]["rl_bc"]["mean"] == pytest.approx(96.0)
+    assert out["best_rl"] == "rl-bc-seed1"
+    assert out["probability_of_improvement"]["rl_bc_vs_rl_scratch"]["probability"] == 1.0
+    md = summary.markdown(out, {"Learning curves": "plots/learning_curves.png"})
+    assert "| RL from BC | 2 | 96.0 [" in md and "P(RL from BC > RL from scratch) = 1.00" in md
+    assert "![Learning curves](plots/learning_curves.png)" in md
+    tables = summary.tables(out)
+    assert [r["group"] for r in tables["policies"]] == list(out["groups"])
+    assert len(tables["runs"]) == 6 and len(tables["improvement"]) == 3
+
+
+def test_summary_refuses_records_on_different_tracks():
+    with pytest.raises(ValueError, match="other tracks"):
+        summary.summarize([record("expert", [1, 2], [0, 1]), record("bc", [1, 2], [0, 2])])
+
+
+def test_lap_times_average_completed_laps_only():
+    recs = [record("expert", [1, 2, 3], lap_time=[30.0, None, 32.0], lap_completed=[1, 0, 1])]
+    out = summary.summarize(recs, reps=100)
+    assert out["groups"]["expert"]["metrics"]["lap_time"] == pytest.approx(31.0)
+    assert out["groups"]["expert"]["metrics"]["lap_completed"] == pytest.approx(2 / 3)
+
+
+# --------------------------------------------------------------------------------------------
+# per-step means in the rollout (average speed, off-track rate)
+
+
+def test_step_means_are_means_over_each_episode_and_batch_independent():
+    expert = tasks.load_expert("demo2rl.experts.racing:pure_pursuit", {"margin": 1.4})
+    eval_seeds = evaluation.heldout_seeds(0, 5)
+    _, episodes, info = rollout.run_episodes(
+        "Racing-v0", RACING_KW, expert, eval_seeds, n_envs=2, step_means=True
+    )
+    _, _, info_batched = rollout.run_episodes(
+        "Racing-v0", RACING_KW, expert, eval_seeds, n_envs=5, step_means=True
+    )
+    _, _, plain = rollout.run_episodes("Racing-v0", RACING_KW, expert, eval_seeds, n_envs=2)
+    assert set(plain) == {k for k in info if not k.endswith(".mean")}  # old callers unchanged
+    for key in info:
+        np.testing.assert_array_equal(info[key], info_batched[key])
+    # episode 0 stepped alone in a single env: the same per-step means
+    env = tasks.make_env("Racing-v0", RACING_KW)
+    obs, _ = env.reset(seed=eval_seeds[0])
+    speeds, off, done = [], [], False
+    while not done:
+        action = expert(obs[None])[0].astype(np.float32)  # as the rollout casts it
+        obs, _, term, trunc, step_info = env.step(action)
+        speeds.append(step_info["speed"])
+        off.append(step_info["off_track"])
+        done = term or trunc
+    assert len(speeds) == episodes["length"][0]
+    assert info["speed.mean"][0] == pytest.approx(np.mean(speeds))
+    assert info["off_track.mean"][0] == pytest.approx(np.mean(off))
+    assert 0 <= info["off_track.mean"].min() and info["off_track.mean"].max() <= 1
+
+
+def test_final_evaluation_names_the_racing_metrics_and_replays_exactly():
+    expert = tasks.load_expert("demo2rl.experts.racing:pure_pursuit", {"margin": 0.65})
+    eval_seeds = evaluation.heldout_seeds(3, 4)
+    ev = evaluation.final_evaluation("Racing-v0", RACING_KW, expert, eval_seeds, n_envs=3)
+    assert {"seed", "return", "length", "lap_time", "avg_speed", "off_track_rate"} <= set(
+        ev.episodes
+    )
+    assert ev.episodes["seed"].tolist() == eval_seeds
+    assert ev.episodes["avg_speed"].tolist() == ev.info["speed.mean"].tolist()
+    assert len(ev.first_actions) == ev.episodes["length"][0]
+    drive = evaluation.replay_racing(RACING_KW, eval_seeds[0], ev.first_actions, frame_every=7)
+    assert drive.episode_return == ev.episodes["return"][0]  # bit for bit
+    assert len(drive.x) == len(drive.speed) == ev.episodes["length"][0] + 1
+    assert drive.frame_steps[:3] == [0, 7, 14] and len(drive.frames) == len(drive.frame_steps)
+    assert drive.frames[0].shape[2] == 3
+
+
+def test_generic_tasks_have_no_racing_metrics():
+    expert = tasks.load_expert("demo2rl.experts.classic:mountain_car")
+    ev = evaluation.final_evaluation(
+        "MountainCarContinuous-v0", {}, expert, evaluation.heldout_seeds(0, 2), n_envs=2
+    )
+    assert set(ev.episodes) == {"seed", "return", "length"}
+
+
+# --------------------------------------------------------------------------------------------
+# the workflow's summary, recomputed from its evaluation JSONs
+
+
+def results(workdir: Path) -> Path:
+    return workdir / "results" / EXP
+
+
+def load_evals(workdir: Path) -> dict[str, dict]:
+    files = (results(workdir) / "eval").glob("[!.]*.json")  # not the hidden MLflow sidecars
+    return {p.stem: json.loads(p.read_text()) for p in files}
+
+
+def returns_matrix(evals: dict[str, dict], group: str) -> np.ndarray:
+    names = sorted(n for n in evals if summary.policy_group(n) == group)
+    return np.array([evals[n]["episodes"]["return"] for n in names], dtype=np.float64)
+
+
+@pytest.mark.integration
+def test_every_policy_is_evaluated_on_the_heldout_tracks(test_workflow: Path):
+    evals = load_evals(test_workflow)
+    expected = {"expert", "bc"} | {
+        f"rl-{init}-seed{s}" for init in ("bc", "scratch") for s in CONFIG["rl"]["seeds"]
+    }
+    assert set(evals) == expected
+    heldout = evaluation.heldout_seeds(CONFIG["seed"], CONFIG["evaluate"]["episodes"])
+    for name, rec in evals.items():
+        assert rec["policy"] == name and rec["group"] == summary.policy_group(name)
+        eps = rec["episodes"]
+        assert eps["seed"] == heldout
+        assert len(eps["return"]) == len(eps["length"]) == len(heldout)
+        for key in ("lap_time", "avg_speed", "off_track_rate", "lap_completed"):
+            assert len(eps[key]) == len(heldout)
+        assert all(0 <= r <= 1 for r in eps["off_track_rate"])
+        assert all(s >= 0 for s in eps["avg_speed"])
+        assert rec["summary"]["return_mean"] == pytest.approx(np.mean(eps["return"]))
+        assert rec["first_episode"]["seed"] == heldout[0]
+        assert len(rec["first_episode"]["actions"]) == eps["length"][0]
+    assert evals["bc"]["source"]["checkpoint"].endswith("bc/policy.pt")
+
+
+@pytest.mark.integration
+def test_evaluation_seeds_never_overlap_demonstration_or_training_seeds(test_workflow: Path):
+    evals = load_evals(test_workflow)
+    eval_seeds = {s for rec in evals.values() for s in rec["episodes"]["seed"]}
+    demos = dataset.read(results(test_workflow) / "demos" / "demos.h5")
+    assert not eval_seeds & set(demos.episodes["seed"].tolist())
+    base = CONFIG["seed"]
+    for s in CONFIG["rl"]["seeds"]:  # an RL run's envs reset from rl_seed + i, i < stride
+        start = seeds.rl_seed(base, s)
+        assert not any(start <= e < start + seeds.RL_SEED_STRIDE for e in eval_seeds)
+    # unseeded (auto)resets of the racing task draw track seeds in [2**30, 2**31)
+    assert max(eval_seeds) < 2**30
+    # and for any base seed: the blocks are disjoint
+    for b in (0, 7, 12345):
+        ev = set(evaluation.heldout_seeds(b, 1000))
+        assert not ev & {seeds.demo_seed(b, e) for e in range(1000)}
+        assert not ev & {seeds.rl_seed(b, s) + i for s in range(5) for i in range(64)}
+
+
+@pytest.mark.integration
+def test_summary_numbers_recomputed_from_the_evaluation_jsons(test_workflow: Path):
+    evals = load_evals(test_workflow)
+    report = results(test_workflow) / "report"
+    out = json.loads((report / "summary.json").read_text())
+    assert set(out["groups"]) == set(summary.GROUPS)
+    for group in summary.GROUPS:
+        scores = returns_matrix(evals, group)
+        st = out["groups"][group]
+        assert st["n_runs"] == len(scores) and st["n_tracks"] == scores.shape[1]
+        assert st["mean"] == pytest.approx(float(np.mean(scores)))
+        assert st["iqm"] == pytest.approx(float(rly.aggregate_iqm(scores)))
+        assert st["iqm_ci"][0] <= st["iqm"] <= st["iqm_ci"][1]
+        assert st["mean_ci"][0] <= st["mean"] <= st["mean_ci"][1]
+    for key, c in out["probability_of_improvement"].items():
+        assert key == f"{c['x']}_vs_{c['y']}"
+        x, y = returns_matrix(evals, c["x"]), returns_matrix(evals, c["y"])
+        assert c["probability"] == pytest.approx(float(rly.probability_of_improvement(x, y)))
+        assert 0 <= c["ci"][0] <= c["probability"] <= c["ci"][1] <= 1
+    assert "rl_bc_vs_rl_scratch" in out["probability_of_improvement"]
+    rl_means = {n: np.mean(r["episodes"]["return"]) for n, r in evals.items() if "-seed" in n}
+    assert out["best_rl"] == max(rl_means, key=rl_means.get)
+    # the CSV tables hold the same numbers
+    with open(report / "policies.csv") as fh:
+        rows = {r["group"]: r for r in csv.DictReader(fh)}
+    for group, st in out["groups"].items():
+        assert float(rows[group]["return_iqm"]) == pytest.approx(st["iqm"])
+        assert float(rows[group]["return_iqm_low"]) == pytest.approx(st["iqm_ci"][0])
+    with open(report / "episodes.csv") as fh:
+        episodes = list(csv.DictReader(fh))
+    assert len(episodes) == sum(len(r["episodes"]["seed"]) for r in evals.values())
+    md = (report / "summary.md").read_text()
+    assert "| RL from BC |" in md and "P(RL from BC > RL from scratch)" in md
+
+
+@pytest.mark.integration
+def test_mlflow_has_the_evaluations_and_the_summary_on_the_parent(test_workflow: Path):
+    mlflow.set_tracking_uri(f"sqlite:///{test_workflow / 'results' / 'mlflow.db'}")
+    all_runs = mlflow.search_runs(experiment_names=[EXP], output_format="list")
+    parents = [r for r in all_runs if r.data.tags.get("demo2rl.stage") == "workflow"]
+    parent = max(parents, key=lambda r: r.info.start_time)  # the invocation that evaluated
+    evals = {
+        r.data.tags["demo2rl.policy"]: r
+        for r in all_runs
+        if "demo2rl.policy" in r.data.tags
+        and r.data.tags["mlflow.parentRunId"] == parent.info.run_id
+    }
+    assert set(evals) == set(load_evals(test_workflow))
+    for name, run in evals.items():
+        assert run.data.tags["demo2rl.stage"] == "evaluate"
+        assert run.info.status == "FINISHED"
+        saved = load_evals(test_workflow)[name]["summary"]["return_mean"]
+        assert run.data.metrics["eval.return_mean"] == pytest.approx(saved)
+    metrics = parent.data.metrics
+    assert "summary.rl_bc.return_iqm" in metrics
+    assert "summary.p_improvement.rl_bc_vs_rl_scratch" in metrics
+    client = mlflow.MlflowClient()
+    files = {Path(a.path).name for a in client.list_artifacts(parent.info.run_id, "summary")}
+    assert {"summary.md", "summary.json", "learning_curves.png", "best_lap.gif"} <= files
+
+
+@pytest.mark.integration
+def test_more_seeds_add_only_their_runs_and_evaluations(test_workflow: Path, tmp_path: Path):
+    more = tmp_path / "more-seeds.yaml"
+    seeds_now = CONFIG["rl"]["seeds"]
+    new = max(seeds_now) + 1
+    more.write_text(yaml.safe_dump({"rl": {"seeds": [*seeds_now, new]}}))
+    proc = snakemake(test_workflow, "-n", "--configfile", str(TEST_CONFIG), str(more))
+    text = proc.stdout + proc.stderr
+    assert job_counts(text) == {"train_rl": 2, "evaluate": 2, "summarize": 1, "all": 1}, text
+    assert set(re.findall(r"wildcards: policy=(\S+)", text)) == {
+        f"rl-bc-seed{new}",
+        f"rl-scratch-seed{new}",
+    }
+    assert set(re.findall(r"wildcards: init=(\w+), seed=(\d+)", text)) == {
+        ("bc", str(new)),
+        ("scratch", str(new)),
+    }
+
+
+@pytest.mark.integration
+def test_racing_figures_are_only_made_for_the_racing_task(test_workflow: Path, tmp_path: Path):
+    plots = results(test_workflow) / "report" / "plots"
+    assert (plots / "track_lines.png").is_file() and (plots / "best_lap.gif").is_file()
+    config = REPO / "config" / "mountaincar.yaml"
+    text = "".join(snakemake(tmp_path, "-n", "--configfile", str(config)).stdout)
+    assert "report/plots/learning_curves.png" in text and "summary.md" in text
+    assert "track_lines.png" not in text and "best_lap.gif" not in text
+
+
+def job_counts(text: str) -> dict[str, int]:
+    """The ``Job stats`` table of a dry run: rule -> number of jobs."""
+    lines = text[text.index("Job stats:") :].splitlines()[3:]
+    counts = {}
+    for line in lines:
+        parts = line.split()
+        if len(parts) != 2 or parts[0] == "total":
+            break
+        counts[parts[0]] = int(parts[1])
+    return counts
+
+
+def test_summarize_stage_for_a_generic_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The summarize stage without racing figures (a classic-control task), logging to a real
+    MLflow store: tables, plots, and the summary metrics on the workflow's parent run."""
+    from demo2rl import tracking
+    from demo2rl.stages import evaluate as stage
+
+    for key in ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_ID", "MLFLOW_EXPERIMENT_NAME"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.delenv(tracking.PARENT_ENV, raising=False)
+    rng = np.random.default_rng(0)
+    evals, curves = [], []
+    for name, level in [("expert", 90), ("bc", 80)] + [
+        (f"rl-{init}-seed{s}", 85 + 10 * (init == "bc"))
+        for init in ("bc", "scratch")
+        for s in (0, 1)
+    ]:
+        path = tmp_path / "eval" / f"{name}.json"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(json.dumps(record(name, level + rng.normal(0, 3, 6))))
+        evals.append(str(path))
+        if name.startswith("rl-"):
+            init, seed = name.split("-")[1], name.rpartition("seed")[2]
+            csv_path = tmp_path / "rl" / init / f"seed-{seed}" / "evaluations.csv"
+            csv_path.parent.mkdir(parents=True)
+            csv_path.write_text("step,return_mean\n0,70\n1000,80\n2000,90\n")
+            curves.append(str(csv_path))
+    out = tmp_path / "report"
+    parent = tracking.start_workflow("generic-summary", {"seed": 0}, results_dir=tmp_path)
+    with tracking.child_run(
+        "summarize", stage="summarize", rule="summarize", wildcards={}, params={}
+    ) as run:
+        result = stage.summarize(
+            evaluations=evals,
+            curves=curves,
+            summary_json=str(out / "summary.json"),
+            summary_md=str(out / "summary.md"),
+            tables={
+                k: str(out / f"{k}.csv") for k in ("policies", "improvement", "runs", "episodes")
+            },
+            curves_png=str(out / "plots" / "learning_curves.png"),
+            returns_png=str(out / "plots" / "final_returns.png"),
+            cfg={"bootstrap_reps": 300, "confidence": 0.9},
+            seed=0,
+            curve_tracks=3,
+            run=run,
+        )
+    tracking.end_workflow(success=True)
+    assert result["best_rl"].startswith("rl-bc-")
+    assert sorted(p.name for p in (out / "plots").iterdir()) == [
+        "final_returns.png",
+        "learning_curves.png",
+    ]
+    saved = json.loads((out / "summary.json").read_text())
+    assert saved["groups"]["rl_bc"]["n_runs"] == 2 and saved["confidence"] == 0.9
+    assert saved["learning_curves"]["rl_bc"]["step"] == [0, 1000, 2000]
+    client = mlflow.MlflowClient(tracking.tracking_uri(tmp_path))
+    metrics = client.get_run(parent).data.metrics
+    assert metrics["summary.rl_bc.return_iqm"] == pytest.approx(saved["groups"]["rl_bc"]["iqm"])
+    artifacts = {Path(a.path).name for a in client.list_artifacts(parent, "summary")}
+    assert {"summary.md", "policies.csv", "final_returns.png"} <= artifacts

@@ -1,0 +1,252 @@
+"""demo2rl.tracking against real MLflow stores: batching, lineage, datasets, tracking outages."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+from stable_baselines3 import PPO
+from stable_baselines3.common.logger import Logger
+
+from demo2rl import rl, tracking
+
+# every variable demo2rl.tracking reads or writes: each test starts without them and leaves none
+ENV_KEYS = (
+    "MLFLOW_TRACKING_URI",
+    "MLFLOW_EXPERIMENT_ID",
+    "MLFLOW_EXPERIMENT_NAME",
+    tracking.PARENT_ENV,
+    "MLFLOW_HTTP_REQUEST_TIMEOUT",
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR",
+)
+
+
+def isolated_env(mp: pytest.MonkeyPatch) -> None:
+    for key in ENV_KEYS:
+        mp.setenv(key, "")  # recorded, so whatever the code under test sets is undone
+        mp.delenv(key)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One SQLite store for the module (a fresh store costs seconds of migrations)."""
+    root = tmp_path_factory.mktemp("store")
+    with pytest.MonkeyPatch.context() as mp:
+        isolated_env(mp)
+        parent = tracking.start_workflow("unit", {"experiment": "unit"}, results_dir=root)
+        assert parent is not None
+        yield root
+
+
+@pytest.fixture
+def env(store: Path) -> Iterator[Path]:
+    """The module store's workflow environment, restored after each test."""
+    saved = {k: os.environ.get(k) for k in ENV_KEYS}
+    yield store
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def client() -> MlflowClient:
+    return MlflowClient(tracking.tracking_uri())
+
+
+def job(name: str, stage: str = "test", **kwargs):
+    return tracking.child_run(name, stage=stage, rule=stage, wildcards={}, params={}, **kwargs)
+
+
+def wait_for(condition, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_store_and_artifacts_live_under_results(env: Path):
+    assert tracking.tracking_uri() == f"sqlite:///{env.resolve() / 'mlflow.db'}"
+    experiment = client().get_experiment_by_name("unit")
+    assert experiment.artifact_location == (env.resolve() / "mlartifacts").as_uri()
+
+
+def test_sb3_logger_sends_one_log_batch_per_rollout(env: Path):
+    n_steps, rollouts = 64, 4
+    model = PPO("MlpPolicy", gym.make("Pendulum-v1"), n_steps=n_steps, batch_size=64, n_epochs=1)
+    with job("sb3", stage="rl") as run:
+        model.set_logger(Logger(folder=None, output_formats=[rl.MetricsSink(run.log_metrics)]))
+        model.learn(total_timesteps=rollouts * n_steps)
+    assert run.calls["log_batch"] == rollouts  # the run has no params: nothing else is a batch
+    history = client().get_metric_history(run.run_id, "time/total_timesteps")
+    assert [m.step for m in history] == [n_steps * (k + 1) for k in range(rollouts)]
+    # the store agrees: each rollout's metrics arrived together (one call, one timestamp)
+    stamps: dict[int, set[int]] = defaultdict(set)
+    keys = client().get_run(run.run_id).data.metrics
+    assert {"train/value_loss", "train/approx_kl", "time/fps"} <= set(keys)
+    for key in keys:
+        for m in client().get_metric_history(run.run_id, key):
+            stamps[m.step].add(m.timestamp)
+    assert sorted(stamps) == [n_steps * (k + 1) for k in range(rollouts)]
+    assert all(len(s) == 1 for s in stamps.values()), stamps
+
+
+def test_large_batches_are_split_at_mlflow_limits(env: Path):
+    with job("many") as run:
+        run.log_metrics({f"m{i}": i for i in range(1500)}, step=3)
+        run.log_params({f"p{i}": i for i in range(250)})
+    assert run.calls["log_batch"] == 2 + 3
+    data = client().get_run(run.run_id).data
+    assert len(data.metrics) == 1500 and data.metrics["m1499"] == 1499
+    assert len(data.params) == 250
+
+
+def test_child_run_has_parent_tags_params_and_status(env: Path):
+    with tracking.child_run(
+        "bc",
+        stage="bc",
+        rule="train_bc",
+        wildcards={"seed": "2"},
+        params={"bc": {"batch_size": 256, "lr": 0.001}},
+    ) as run:
+        run.log_metrics({"loss": 0.5}, step=1)
+    got = client().get_run(run.run_id)
+    assert got.info.status == "FINISHED"
+    assert got.info.run_name == "bc"
+    assert got.data.tags["mlflow.parentRunId"] == os.environ[tracking.PARENT_ENV]
+    assert got.data.tags["demo2rl.stage"] == "bc"
+    assert got.data.tags["demo2rl.rule"] == "train_bc"
+    assert got.data.tags["demo2rl.wildcard.seed"] == "2"
+    assert got.data.tags["demo2rl.code_revision"]
+    assert got.data.params == {"bc.batch_size": "256", "bc.lr": "0.001"}
+
+
+def test_dataset_input_records_content_hash_and_source(env: Path, tmp_path: Path):
+    path = tmp_path / "demos.h5"
+    path.write_bytes(b"demonstrations")
+    digest = "0123456789abcdef" * 4
+    with job("bc", stage="bc") as run:
+        run.log_dataset(path, digest, context="training")
+    got = client().get_run(run.run_id)
+    (dataset_input,) = got.inputs.dataset_inputs
+    assert dataset_input.dataset.name == "demos.h5"
+    assert dataset_input.dataset.digest == digest[:36]
+    assert json.loads(dataset_input.dataset.source)["uri"] == str(path.resolve())
+    assert {t.key: t.value for t in dataset_input.tags}["mlflow.data.context"] == "training"
+    assert got.data.tags["demo2rl.dataset_hash"] == digest
+
+
+def test_consumers_tag_the_runs_that_produced_their_inputs(env: Path, tmp_path: Path):
+    shards = [tmp_path / f"shard-{k}.h5" for k in range(3)]
+    producers = []
+    for k, shard in enumerate(shards):
+        with job(f"collect-shard{k}", stage="collect", outputs=[shard]) as run:
+            shard.write_bytes(b"shard")
+        producers.append(run.run_id)
+    merged = tmp_path / "demos.h5"
+    with job("merge-demos", stage="merge", inputs=shards, outputs=[merged]) as merge:
+        merged.write_bytes(b"merged")
+    with job("bc", stage="bc", inputs=[merged]) as bc:
+        pass
+    assert client().get_run(merge.run_id).data.tags["demo2rl.upstream.collect"] == ",".join(
+        producers
+    )
+    assert client().get_run(bc.run_id).data.tags["demo2rl.upstream.merge"] == merge.run_id
+    # the record lies beside the output, never in it
+    record = json.loads(tracking.sidecar_path(merged).read_text())
+    assert record == {
+        "run_id": merge.run_id,
+        "stage": "merge",
+        "run_name": "merge-demos",
+        "tracking_uri": tracking.tracking_uri(),
+    }
+    assert merged.read_bytes() == b"merged"
+    # a rerun that fails removes the old record: nothing downstream links a stale run
+    with pytest.raises(RuntimeError), job("merge-demos", stage="merge", outputs=[merged]) as bad:
+        raise RuntimeError("job failed")
+    assert client().get_run(bad.run_id).info.status == "FAILED"
+    assert not tracking.sidecar_path(merged).exists()
+
+
+def test_unusable_store_is_retried_and_nothing_is_lost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
+    """The store cannot be opened when the job starts and comes back later: the job works on,
+    and the run is created late with everything logged in order."""
+    isolated_env(monkeypatch)
+    blocker = tmp_path / "store"
+    blocker.write_text("a file where the store's directory should be")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{blocker / 'mlflow.db'}")
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "late")
+    caplog.set_level(logging.INFO, logger="demo2rl.tracking")
+    with job("rl", stage="rl") as run:
+        start = time.perf_counter()
+        for step in range(5):
+            run.log_metrics({"x": step}, step=step)
+        assert time.perf_counter() - start < 0.5, "an unusable store must not stall the job"
+        wait_for(lambda: "training continues" in caplog.text)
+        assert run.run_id is None and len(run.outbox.pending) == 6  # create_run + 5 rows
+        blocker.unlink()
+        assert run.outbox.flush(grace=20), "sent at the next retry"
+        assert run.run_id is not None
+        for step in range(5, 8):
+            run.log_metrics({"x": step}, step=step)
+    assert "training continues" in caplog.text and "reachable again" in caplog.text
+    history = client().get_metric_history(run.run_id, "x")
+    assert [(m.step, m.value) for m in history] == [(s, float(s)) for s in range(8)]
+    assert client().get_run(run.run_id).info.status == "FINISHED"
+
+
+def test_unreachable_server_never_stops_the_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+):
+    isolated_env(monkeypatch)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{free_port()}")
+    monkeypatch.setattr(tracking, "FLUSH_GRACE_S", 2.0)
+    caplog.set_level(logging.INFO, logger="demo2rl.tracking")
+    out = tmp_path / "policy.pt"
+    start = time.perf_counter()
+    with job("rl", stage="rl", outputs=[out]) as run:
+        for step in range(20):
+            run.log_metrics({"x": step}, step=step)
+        out.write_bytes(b"trained")
+        assert time.perf_counter() - start < 0.5, "a dead server must not stall the job"
+    assert time.perf_counter() - start < tracking.FLUSH_GRACE_S + 5
+    assert out.read_bytes() == b"trained"
+    assert "training continues" in caplog.text and "giving up on" in caplog.text
+    assert run.run_id is None and run.outbox.dropped == 22  # create, 20 metric rows, terminate
+    assert not tracking.sidecar_path(out).exists()
+
+
+def test_fail_on_error_makes_an_unreachable_server_fatal(monkeypatch: pytest.MonkeyPatch):
+    isolated_env(monkeypatch)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{free_port()}")
+    strict = tracking.Settings(fail_on_error=True)
+    start = time.perf_counter()
+    with pytest.raises(MlflowException), job("rl", settings=strict):
+        pytest.fail("the job must not start when its tracking fails")
+    assert time.perf_counter() - start < 30, "MLflow's own retries are bounded"
+
+
+def test_settings_come_from_the_config():
+    assert tracking.settings({}) == tracking.Settings(fail_on_error=False)
+    assert tracking.settings({"tracking": {"fail_on_error": True}}).fail_on_error
+    assert tracking.Settings.of({"fail_on_error": True}) == tracking.Settings(True)
+    assert tracking.Settings.of(None) == tracking.Settings()
