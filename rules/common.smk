@@ -1,4 +1,4 @@
-# Helpers shared by the rules: config checks, paths, code fingerprints, MLflow hooks.
+# Shared by the rules: config checks, paths, wildcard constraints, code fingerprints, MLflow hooks.
 from snakemake.exceptions import WorkflowError
 
 from demo2rl import config as config_checks, provenance, tracking
@@ -8,16 +8,15 @@ try:
 except config_checks.ConfigError as err:
     raise WorkflowError(f"Invalid config: {err}") from None
 
+# params compare as text: sort the config's keys, so that their order in a file never counts
+_canonical = config_checks.canonical(config)
+config.clear()
+config.update(_canonical)
+
 RESULTS = f"results/{config['experiment']}"
 SHARDS = range(config["collect"]["n_shards"])
 INITS = ["bc", "scratch"]
 RL_SEEDS = config["rl"]["seeds"]
-
-
-wildcard_constraints:
-    shard=r"\d+",
-    init="|".join(INITS),
-    seed=r"\d+",
 
 
 def rl_inputs(wildcards):
@@ -41,8 +40,14 @@ def gpus(device):
 
 
 def code(*modules):
-    """Fingerprint of the library code a rule runs (params: an edit reruns the rule)."""
+    """Fingerprint of the library code behind a job; as a param, an edit of that code reruns it."""
     return provenance.code_fingerprint(*modules)
+
+
+wildcard_constraints:
+    shard=r"\d+",
+    init="|".join(INITS),
+    seed=r"\d+",
 
 
 # MLflow: the store is created and the parent run started here, once, before any job (jobs

@@ -37,8 +37,9 @@ def start(workdir: Path, *args: str) -> subprocess.Popen:
         *args,
     ]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "DEMO2RL_"))}
+    out = open(workdir / "snakemake-output.log", "a")
     return subprocess.Popen(
-        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env
+        cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env
     )
 
 
@@ -47,13 +48,20 @@ def kill_when(proc: subprocess.Popen, started: Path, timeout: float = 300) -> No
     deadline = time.time() + timeout
     while not started.exists():
         if proc.poll() is not None:
-            pytest.fail(f"the workflow ended (rc {proc.returncode}) before {started.name} appeared")
+            output = Path(proc.args[4], "snakemake-output.log").read_text()[-4000:]
+            pytest.fail(f"workflow ended (rc {proc.returncode}) before {started.name}:\n{output}")
         if time.time() > deadline:
             pytest.fail(f"{started} never appeared")
         time.sleep(0.05)
     time.sleep(0.3)  # let the job get going
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+    while True:  # until every process of the group (the jobs too) is gone
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
 
 
 def test_sigkill_during_collection_merging_and_bc_then_rerun_incomplete(tmp_path, test_workflow):
@@ -64,6 +72,8 @@ def test_sigkill_during_collection_merging_and_bc_then_rerun_incomplete(tmp_path
         logs / "train_bc.log",
     ):
         kill_when(start(tmp_path, BC_TARGET, "--rerun-incomplete"), started)
+        # a hard-killed Snakemake leaves its lock behind
+        snakemake(tmp_path, "--configfile", str(TEST_CONFIG), "--unlock")
     snakemake(
         tmp_path, "--configfile", str(TEST_CONFIG), "--cores", "2", "--rerun-incomplete", BC_TARGET
     )
@@ -107,7 +117,7 @@ def test_a_full_disk_gives_a_clear_error(tmp_path):
     demos = tmp_path / "results" / EXP / "demos"
     demos.mkdir(parents=True)
     mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(demos)],
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(demos)],
         capture_output=True,
         text=True,
     )
@@ -127,5 +137,5 @@ def test_a_full_disk_gives_a_clear_error(tmp_path):
         subprocess.run(["umount", str(demos)], check=False)
     assert proc.returncode != 0
     log = (tmp_path / "results" / EXP / "logs" / "collect_shard" / "0.log").read_text()
-    assert "No space left on device" in log
+    assert f"results/{EXP}/demos/shard-0.h5: not enough disk space" in log
     assert not (demos / "shard-0.h5").exists()

@@ -3,20 +3,24 @@
 A session fixture starts a single-node cluster on this machine (tests/slurm/start.sh: slurmctld,
 slurmd, slurmdbd with MariaDB, munge, one fake GPU) and stops it at the end (tests/slurm/stop.sh).
 It needs root and apt (or SLURM already installed), as on CI; elsewhere these tests are skipped,
-with the reason in pytest's summary. DEMO2RL_SLURM_TESTS=0 skips them too.
+with the reason in pytest's summary. DEMO2RL_SLURM_TESTS=0 skips them too; DEMO2RL_SLURM_KEEP=1
+leaves the cluster running afterwards.
 
 One run of the test config through `snakemake --profile profiles/slurm` serves every test here.
 The profile is used as it is, except for what a user edits or a test needs:
 - default-resources: the test cluster's partition and account instead of the placeholders;
 - set-resources: the profile's, plus `train_bc:gpu=1`, so that the BC job asks SLURM for the
   (fake) GPU while bc.device stays `auto`, which trains on the CPU here (no CUDA): the rule
-  requests `gpu` only for `device: cuda`, which would fail in torch on this machine;
+  requests `gpu` only for `device: cuda`, which would fail in torch on this machine; and
+  `--set-threads train_bc=2`, so that its CPU request is not SLURM's default of one;
 - a larger RL budget, so that the RL jobs run long enough to be preempted mid-run: while the
   workflow runs, the warm-started run's job is requeued (`scontrol requeue`, what a preemption
-  with PreemptMode=REQUEUE does) and the scratch run's job is cancelled (`scancel`, as when
-  a job hits its time limit or is preempted with PreemptMode=CANCEL). Both get SIGTERM, save a
-  checkpoint and stop; the requeued job starts again by itself, the cancelled one is resubmitted
-  by Snakemake (the profile's retries, with memory scaled by attempt); both resume.
+  with PreemptMode=REQUEUE does) and the scratch run's job gets SIGTERM (`scancel --signal=TERM`,
+  what `sbatch --signal=TERM@...` does before a time limit). Both save a checkpoint and stop; the
+  requeued job starts again by itself, the signalled one exits with status 75, its SLURM job
+  fails and Snakemake resubmits it (the profile's retries, with memory scaled by attempt); both
+  resume. (A plain `scancel` would leave the job "CANCELLED by 0" in sacct, a state that plugin
+  2.8 does not recognise: Snakemake would wait for it forever.)
 """
 
 from __future__ import annotations
@@ -24,8 +28,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import mlflow
@@ -53,9 +59,9 @@ RUN_TIMEOUT = 900
 
 
 @pytest.fixture(scope="session")
-def slurm_cluster() -> dict[str, str]:
-    """A running single-node SLURM cluster: started here (and stopped at the end) unless it
-    was already up."""
+def slurm_cluster() -> Iterator[dict[str, str]]:
+    """A running single-node SLURM cluster: started here, and stopped at the end unless it was
+    already up (or DEMO2RL_SLURM_KEEP=1)."""
     if os.environ.get("DEMO2RL_SLURM_TESTS") == "0":
         pytest.skip("SLURM tests skipped: DEMO2RL_SLURM_TESTS=0")
     if os.geteuid() != 0:
@@ -151,6 +157,8 @@ def snakemake_args(workdir: Path, *extra: str) -> list[str]:
         str(TEST_CONFIG),
         str(overlay_config(workdir)),
         *profile_resources(["train_bc:gpu=1"]),
+        "--set-threads",
+        "train_bc=2",
         # the profile's 20 s suits a real cluster; a tiny test workflow wants answers sooner
         "--slurm-init-seconds-before-status-checks",
         "5",
@@ -199,17 +207,31 @@ def checkpoint_step(state_dir: Path) -> int:
 def requeue(jobid: str) -> None:
     slurm("scontrol", "requeue", jobid)
     # SLURM holds a requeued batch job back for about two minutes before it may start again;
-    # lift that hold (as an admin may), the test has no minutes to spare
-    for _ in range(120):
-        done = subprocess.run(
-            ["scontrol", "update", f"jobid={jobid}", "StartTime=now"],
-            capture_output=True,
-            text=True,
-        )
-        if done.returncode == 0:
-            return
+    # once it is pending, lift that hold (as an admin may): the test has no minutes to spare
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        state = slurm("squeue", "-h", "-j", jobid, "-o", "%T|%r").strip()
+        if state == "PENDING|BeginTime":
+            subprocess.run(["scontrol", "update", f"jobid={jobid}", "StartTime=now"], check=False)
+        elif state and not state.startswith(("PENDING", "COMPLETING", "REQUEUE")):
+            return  # running again
         time.sleep(0.25)
-    raise AssertionError(f"could not release requeued job {jobid}: {done.stderr}")
+    raise AssertionError(f"requeued job {jobid} did not start again within 90 s")
+
+
+def stop_snakemake(proc: subprocess.Popen, workdir: Path) -> None:
+    """Like Ctrl-C (Snakemake cancels its SLURM jobs on SIGINT, but waits for them on SIGTERM),
+    then whatever is left: the process, and this run's jobs."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    for line in slurm("squeue", "-h", "-o", "%i|%Z").splitlines():
+        jobid, job_workdir = line.split("|")
+        if Path(job_workdir) == workdir:
+            subprocess.run(["scancel", jobid], check=False)
 
 
 def sacct_rows(workdir: Path) -> list[dict[str, str]]:
@@ -229,7 +251,7 @@ def slurm_run(slurm_cluster, tmp_path_factory: pytest.TempPathFactory) -> SlurmR
     workdir = tmp_path_factory.mktemp("slurm")
     log_path = workdir / "snakemake.log"
     # what to do to which RL run, once its checkpoint has PREEMPT_AFTER steps
-    actions = {"bc": requeue, "scratch": lambda jobid: slurm("scancel", jobid)}
+    actions = {"bc": requeue, "scratch": lambda jobid: slurm("scancel", "--signal=TERM", jobid)}
     preempted: dict[str, dict[str, int]] = {}
     start = time.perf_counter()
     with open(log_path, "w") as log:
@@ -243,7 +265,9 @@ def slurm_run(slurm_cluster, tmp_path_factory: pytest.TempPathFactory) -> SlurmR
         try:
             while proc.poll() is None:
                 if time.perf_counter() - start > RUN_TIMEOUT:
-                    raise TimeoutError(f"snakemake on SLURM ran over {RUN_TIMEOUT} s")
+                    stop_snakemake(proc, workdir)
+                    tail = log_path.read_text()[-6000:]
+                    raise TimeoutError(f"snakemake on SLURM ran over {RUN_TIMEOUT} s:\n{tail}")
                 for init, act in actions.items():
                     if init in preempted:
                         continue
@@ -258,8 +282,7 @@ def slurm_run(slurm_cluster, tmp_path_factory: pytest.TempPathFactory) -> SlurmR
                 time.sleep(0.2)
         finally:
             if proc.poll() is None:
-                proc.terminate()  # Snakemake cancels its SLURM jobs on SIGTERM
-                proc.wait(timeout=120)
+                stop_snakemake(proc, workdir)
     seconds = time.perf_counter() - start
     output = log_path.read_text()
     print(f"snakemake on SLURM: {seconds:.0f} s, exit {proc.returncode}")
@@ -296,31 +319,69 @@ def test_workflow_runs_on_slurm(slurm_run: SlurmRun):
     assert "Nothing to be done" in dry.stdout + dry.stderr
 
 
+def job_infos(output: str) -> list[dict[str, str]]:
+    """The job descriptions Snakemake printed ("rule NAME:" and its indented "key: value"
+    lines), in order."""
+    infos: list[dict[str, str]] = []
+    for line in output.splitlines():
+        if line.startswith(("rule ", "localrule ")) and line.endswith(":"):
+            infos.append({"rule": line.split()[1].rstrip(":")})
+        elif infos and line.startswith("    ") and ": " in line:
+            key, value = line.strip().split(": ", 1)
+            infos[-1].setdefault(key, value)
+    return infos
+
+
+def snakemake_resources(slurm_run: SlurmRun, rule: str, wildcards: str = "") -> dict[str, str]:
+    """threads and resources of the (first) job of a rule, as Snakemake computed them."""
+    for info in job_infos(slurm_run.output):
+        if info["rule"] == rule and info.get("wildcards", "") == wildcards:
+            resources = dict(item.split("=", 1) for item in info["resources"].split(", "))
+            return resources | {"threads": info.get("threads", "1")}
+    raise AssertionError(f"no job of rule {rule} {wildcards} in Snakemake's output")
+
+
+def profile_mem_mb(rule: str, attempt: int) -> int:
+    return eval(str(PROFILE["set-resources"][rule]["mem_mb"]), {"attempt": attempt})
+
+
+def slurm_time(minutes: str) -> str:
+    hours, mins = divmod(int(minutes), 60)
+    return f"{hours:02d}:{mins:02d}:00"
+
+
+def assert_sbatch_matches(job: dict[str, str], resources: dict[str, str]) -> dict[str, str]:
+    """sacct's record of a job shows what Snakemake asked for: threads as --cpus-per-task,
+    mem_mb as --mem, runtime (minutes) as -t, gpu as --gpus. Returns sacct's ReqTRES."""
+    requested = dict(item.split("=", 1) for item in job["ReqTRES"].split(","))
+    assert requested["cpu"] == job["ReqCPUS"] == resources["threads"]
+    assert requested["mem"] == job["ReqMem"] == f"{resources['mem_mb']}M"
+    assert job["Timelimit"] == slurm_time(resources["runtime"])
+    assert requested.get("gres/gpu", "0") == resources.get("gpu", "0")
+    return requested
+
+
 def test_bc_job_asked_for_the_gpu_cpus_memory_and_time(slurm_run: SlurmRun):
     (bc,) = slurm_run.jobs_of("train_bc")
     assert bc["State"] == "COMPLETED"
-    requested = dict(item.split("=") for item in bc["ReqTRES"].split(","))
-    # sbatch --gpus=1 (train_bc:gpu=1), --cpus-per-task=2 (the rule's threads),
-    # --mem 8000 (the profile's 8000 * attempt), -t 60 (the rule's runtime)
-    assert requested["gres/gpu"] == "1"
-    assert requested["cpu"] == "2" and bc["ReqCPUS"] == "2"
-    assert requested["mem"] == "8000M" and bc["ReqMem"] == "8000M"
-    assert bc["Timelimit"] == "01:00:00"
-    assert "gres/gpu=1" in bc["AllocTRES"]
-    # the jobs that asked for no GPU got none
-    for job in slurm_run.jobs_of("collect_shard") + slurm_run.jobs_of("merge_demos"):
-        assert "gres/gpu" not in job["ReqTRES"]
+    resources = snakemake_resources(slurm_run, "train_bc")
+    # what this run set: --set-resources train_bc:gpu=1, --set-threads train_bc=2, and the
+    # profile's memory for a first attempt; the runtime is the rule's
+    assert resources["gpu"] == "1" and resources["threads"] == "2"
+    assert int(resources["mem_mb"]) == profile_mem_mb("train_bc", attempt=1)
+    requested = assert_sbatch_matches(bc, resources)
+    assert requested["gres/gpu"] == "1" and requested["cpu"] == "2"
+    assert "gres/gpu=1" in bc["AllocTRES"]  # SLURM gave it the (fake) GPU
 
 
-def test_collection_shards_ran_as_one_array_job(slurm_run: SlurmRun):
-    shards = slurm_run.jobs_of("collect_shard", "0")  # an array job carries its first comment
-    assert len(shards) == CONFIG["collect"]["n_shards"]
-    array_ids = {j["JobID"].split("_")[0] for j in shards}
-    assert len(array_ids) == 1, [j["JobID"] for j in shards]
-    assert sorted(j["JobID"].split("_")[1] for j in shards) == [
-        str(k + 1) for k in range(CONFIG["collect"]["n_shards"])
-    ]
-    assert all(j["State"] == "COMPLETED" for j in shards)
+def test_collection_shards_ran_as_small_jobs(slurm_run: SlurmRun):
+    for shard in range(CONFIG["collect"]["n_shards"]):
+        (job,) = slurm_run.jobs_of("collect_shard", str(shard))
+        assert job["State"] == "COMPLETED"
+        resources = snakemake_resources(slurm_run, "collect_shard", f"shard={shard}")
+        assert int(resources["mem_mb"]) == profile_mem_mb("collect_shard", attempt=1)
+        requested = assert_sbatch_matches(job, resources)
+        assert "gres/gpu" not in requested
 
 
 def test_jobs_log_to_the_parent_run_of_the_tracking_uri(slurm_run: SlurmRun):
@@ -331,13 +392,14 @@ def test_jobs_log_to_the_parent_run_of_the_tracking_uri(slurm_run: SlurmRun):
     (parent,) = [r for r in runs if r.data.tags.get("demo2rl.stage") == "workflow"]
     assert parent.info.status == "FINISHED"
     children = [r for r in runs if r is not parent]
-    names = {r.info.run_name for r in children}
     shards = {f"collect-shard{k}" for k in range(CONFIG["collect"]["n_shards"])}
-    assert {*shards, "merge-demos", "bc", "rl-bc-seed0", "rl-scratch-seed0"} <= names
+    jobs = {*shards, "merge-demos", "bc", "rl-bc-seed0", "rl-scratch-seed0"}
     for run in children:
         assert run.data.tags.get("mlflow.parentRunId") == parent.info.run_id, run.info.run_name
+    # one finished run per job; the RL jobs' first, preempted attempts left failed runs
     finished = [r.info.run_name for r in children if r.info.status == "FINISHED"]
-    assert sorted(finished) == sorted({*shards, "merge-demos", "bc", "rl-bc-seed0", "rl-scratch-seed0"})
+    assert sorted(finished) == sorted(jobs)
+    assert {r.info.run_name for r in children} == jobs
     # nothing went to the default store under results/
     assert not (slurm_run.workdir / "results" / "mlflow.db").exists()
 
@@ -353,7 +415,7 @@ def resumed_run(slurm_run: SlurmRun, init: str) -> tuple[dict, pd.DataFrame, lis
 def test_requeued_rl_job_resumes_from_its_checkpoint(slurm_run: SlurmRun):
     assert "bc" in slurm_run.preempted, "the warm-started RL run finished before it was requeued"
     seen = slurm_run.preempted["bc"]
-    records = [j for j in slurm_run.jobs_of("train_rl", "bc_0")]
+    records = slurm_run.jobs_of("train_rl", "bc_0")
     # one SLURM job, run twice: requeued, then completed
     assert {j["JobID"] for j in records} == {str(seen["jobid"])}
     assert [j["State"] for j in records] == ["REQUEUED", "COMPLETED"]
@@ -366,18 +428,20 @@ def test_requeued_rl_job_resumes_from_its_checkpoint(slurm_run: SlurmRun):
     assert progress["time/total_timesteps"].is_monotonic_increasing
 
 
-def test_cancelled_rl_job_is_resubmitted_with_more_memory_and_resumes(slurm_run: SlurmRun):
-    assert "scratch" in slurm_run.preempted, "the scratch RL run finished before it was cancelled"
+def test_signalled_rl_job_is_resubmitted_with_more_memory_and_resumes(slurm_run: SlurmRun):
+    assert "scratch" in slurm_run.preempted, "the scratch RL run finished before it was signalled"
     seen = slurm_run.preempted["scratch"]
     records = slurm_run.jobs_of("train_rl", "scratch_0")
-    assert [j["State"] for j in records] == ["CANCELLED", "COMPLETED"], records
+    assert [j["State"] for j in records] == ["FAILED", "COMPLETED"], records
     assert records[0]["JobID"] == str(seen["jobid"])
-    # the profile's retries: attempt 2 asks for 2 * 4000 MB
-    assert [j["ReqMem"] for j in records] == ["4000M", "8000M"]
+    # the profile's retries: the second attempt asks for twice the memory
+    assert [j["ReqMem"] for j in records] == [
+        f"{profile_mem_mb('train_rl', attempt)}M" for attempt in (1, 2)
+    ]
     state, progress, starts = resumed_run(slurm_run, "scratch")
     assert state["resumed"] >= 1
     assert len(starts) >= 2 and starts[0] == 0 and starts[1] >= seen["step"]
     assert progress["time/total_timesteps"].iloc[-1] == RL_STEPS
-    # the cancelled job's SLURM log (kept, as it failed) shows the checkpoint on SIGTERM
+    # the first job's SLURM log (kept, as it failed) shows the checkpoint on SIGTERM
     slurm_log = next(slurm_run.workdir.glob(f".snakemake/slurm_logs/**/{seen['jobid']}.log"))
     assert "SIGTERM: checkpoint at step" in slurm_log.read_text()

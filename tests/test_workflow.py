@@ -94,10 +94,22 @@ def test_nothing_to_do_on_a_second_run(test_workflow: Path):
 
 
 def test_classic_control_example_config_runs(tmp_path: Path):
-    config = REPO / "config" / "mountaincar.yaml"
+    """The example config on MountainCarContinuous-v0, end to end, with test-sized budgets."""
+    spec = yaml.safe_load((REPO / "config" / "mountaincar.yaml").read_text())
+    spec["collect"] |= {"n_episodes": 8, "n_shards": 2}
+    spec["bc"] = {"max_epochs": 5}
+    spec["rl"] |= {"seeds": [0], "total_timesteps": 2048, "eval_every": 1024}
+    spec["rl"]["ppo"] = {"n_steps": 128, "batch_size": 256, "n_epochs": 2}
+    spec["rl"]["warm_start"] = {"critic_warmup_steps": 1024}
+    spec["evaluate"] = {"episodes": 4, "during_training": 2, "n_envs": 4, "bootstrap_reps": 200}
+    config = tmp_path / "mountaincar-tiny.yaml"
+    config.write_text(yaml.safe_dump(spec))
     snakemake(tmp_path, "--cores", "2", "--configfile", str(config))
-    spec = yaml.safe_load(config.read_text())
-    demos = dataset.read(tmp_path / "results" / spec["experiment"] / "demos" / "demos.h5")
-    assert demos.n_episodes == spec["collect"]["n_episodes"]
+    out = tmp_path / "results" / spec["experiment"]
+    demos = dataset.read(out / "demos" / "demos.h5")
+    assert demos.n_episodes == 8
     assert demos.attrs["env_id"] == "MountainCarContinuous-v0"
     assert demos.episodes["return"].mean() > 80
+    assert (out / "rl" / "bc" / "seed-0" / "policy.pt").is_file()
+    assert (out / "report" / "summary.json").is_file()
+    assert not (out / "report" / "plots" / "track_lines.png").exists()  # racing-only figure

@@ -16,6 +16,19 @@ class ConfigError(ValueError):
         self.key = key
 
 
+def canonical(value: Any) -> Any:
+    """``value`` with the keys of every mapping in sorted order.
+
+    Snakemake compares params by their text, so without this, reordering keys in a config file
+    (or writing it with another tool) would rerun every job.
+    """
+    if isinstance(value, Mapping):
+        return {k: canonical(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [canonical(v) for v in value]
+    return value
+
+
 def check(config: Mapping[str, Any]) -> None:
     """Raise ConfigError for the first value the workflow cannot use (after schema validation)."""
     task = config["task"]

@@ -32,6 +32,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -170,8 +171,12 @@ def content_hash(demos: Demos) -> str:
 
 
 def write(path: str | os.PathLike[str], demos: Demos) -> str:
-    """Write ``demos`` to ``path`` atomically; returns the content hash (also stored)."""
+    """Write ``demos`` to ``path`` atomically; returns the content hash (also stored).
+
+    Checks the free space first: HDF5 fails badly on a full disk (h5py can crash the process).
+    """
     digest = content_hash(demos)
+    _check_space(Path(path), demos)
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
         for key, value in demos.attrs.items():
             f.attrs[key] = value if isinstance(value, (int, float, str)) else json.dumps(value)
@@ -295,6 +300,19 @@ def statistics(demos: Demos, episode_rows: np.ndarray) -> dict[str, np.ndarray]:
 def episode_return(rewards: np.ndarray) -> float:
     """Exactly rounded sum of an episode's rewards (independent of summation order)."""
     return math.fsum(rewards.tolist())
+
+
+def _check_space(path: Path, demos: Demos) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    groups = (demos.steps, demos.episodes, demos.info, demos.split or {}, demos.stats or {})
+    need = sum(a.nbytes for g in groups for a in g.values()) * 1.05 + (1 << 20)
+    free = shutil.disk_usage(path.parent).free
+    if need > free:
+        raise DatasetError(
+            path,
+            f"not enough disk space: the file needs about {need / 2**20:.1f} MiB, "
+            f"{free / 2**20:.1f} MiB are free in {path.parent}",
+        )
 
 
 def _chunks(arr: np.ndarray) -> tuple[int, ...]:

@@ -62,16 +62,18 @@ def run_episodes(
             rows[key].append(np.array(value, copy=True))
         if step_means:
             _accumulate_info(step_sums, step_counts, info, slot_episode, n)
-        done = (terminated | truncated) & (slot_episode >= 0)
-        if not done.any():
+        ended = terminated | truncated  # idle slots end episodes too: they must be reset
+        if not ended.any():
             obs = next_obs
             continue
+        done = ended & (slot_episode >= 0)
         finished = slot_episode[done]
-        final_obs[finished] = next_obs[done]
-        _record_info(info_end, info, done, finished, n)
-        done_count += len(finished)
-        if on_progress:
-            on_progress(done_count, n)
+        if len(finished):
+            final_obs[finished] = next_obs[done]
+            _record_info(info_end, info, done, finished, n)
+            done_count += len(finished)
+            if on_progress:
+                on_progress(done_count, n)
         # refill finished slots with the next episodes; slots with nothing left go idle
         reset_seeds: list[int | None] = [None] * batch
         for slot in np.flatnonzero(done):
@@ -81,7 +83,7 @@ def run_episodes(
                 next_episode += 1
             else:
                 slot_episode[slot] = -1
-        reset_mask = done | ((terminated | truncated) & (slot_episode < 0))
+        reset_mask = ended
         obs, _ = env.reset(seed=reset_seeds, options={"reset_mask": reset_mask})
         obs = np.where(reset_mask.reshape(-1, *[1] * (obs.ndim - 1)), obs, next_obs)
     env.close()

@@ -54,6 +54,8 @@ RETRY_MIN_S = 1.0
 RETRY_MAX_S = 60.0
 FLUSH_GRACE_S = 30.0
 """How long a finishing job keeps retrying unsent tracking calls before it gives up on them."""
+FLUSH_RETRY_S = 2.0
+"""The longest delay between retries while a job waits for its tracking calls to go out."""
 HTTP_TIMEOUT_S = 10
 """Per-request timeout of MLflow's HTTP client in jobs (MLflow's default is 120 s)."""
 MAX_TAG_LENGTH = 8000
@@ -148,9 +150,10 @@ class Outbox:
     MLflow's own asynchronous logging (``synchronous=False``) sends batches from a pool of
     threads and drops one that fails. Here a single sender keeps the calls in order, and a call
     that fails for a reason a retry can cure stays at the head of the queue, with everything
-    after it, and is retried with exponential backoff (1 s doubling to 60 s); the job's log says
-    so. A call the store rejects (4xx) is logged and dropped. With ``fail_on_error`` the first
-    failure is raised in the job's thread, at its next tracking call or :meth:`flush`.
+    after it, and is retried with exponential backoff (1 s doubling to 60 s; at most 2 s while
+    the job waits for them at its end); the job's log says so. A call the store rejects (4xx)
+    is logged and dropped. With ``fail_on_error`` the first failure is raised in the job's
+    thread, at its next tracking call or :meth:`flush`.
     """
 
     def __init__(self, fail_on_error: bool = False) -> None:
@@ -171,6 +174,7 @@ class Outbox:
         self._failures = 0
         self._retry_at = 0.0
         self._down_since: float | None = None
+        self._flushing = False
         self._depth = 0
 
     @contextlib.contextmanager
@@ -201,8 +205,12 @@ class Outbox:
         :data:`FLUSH_GRACE_S`), then give up on the rest; True if nothing was given up."""
         with self.timed(), self._cond:
             deadline = time.monotonic() + (FLUSH_GRACE_S if grace is None else grace)
+            self._flushing = True  # the job waits now: retry sooner than the backoff would
+            self._retry_at = min(self._retry_at, time.monotonic() + FLUSH_RETRY_S)
+            self._cond.notify_all()
             while self.pending and self.error is None and time.monotonic() < deadline:
                 self._cond.wait(deadline - time.monotonic())
+            self._flushing = False
             self._raise_error()
             if not self.pending:
                 return True
@@ -279,7 +287,8 @@ class Outbox:
 
     def _backoff(self, name: str, error: Exception) -> None:
         now = time.monotonic()
-        delay = min(RETRY_MAX_S, RETRY_MIN_S * 2**self._failures) * _jitter.uniform(1.0, 1.1)
+        longest = FLUSH_RETRY_S if self._flushing else RETRY_MAX_S
+        delay = min(longest, RETRY_MIN_S * 2**self._failures) * _jitter.uniform(1.0, 1.1)
         self._failures += 1
         self._retry_at = now + delay
         if self._down_since is None:

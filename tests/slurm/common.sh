@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034  # sourced: the variables are used by start.sh and stop.sh
 # Shared by start.sh and stop.sh (sourced, not run): where the test cluster lives and how its
 # daemons are recognised. Every daemon started by start.sh has its PID in $DIR/run/<name>.started;
 # stop.sh stops exactly those processes (checked against the executable, so a reused PID is safe).

@@ -98,13 +98,13 @@ write_configs() {
   # this machine as it is: CPUs, sockets, cores, threads and memory as slurmd itself sees them
   NODE_HW=$(slurmd -C | head -n 1 | sed -e 's/^NodeName=[^ ]* //')
   [[ $NODE_HW == *CPUs=* ]] || fail "slurmd -C gave no hardware description"
-  local fresh=0
-  if daemon_pid slurmctld >/dev/null; then fresh=1; fi
+  local running=0
+  if daemon_pid slurmctld >/dev/null; then running=1; fi
   render "$HERE/slurm.conf.in" "$DIR/etc/slurm.conf.new"
   render "$HERE/slurmdbd.conf.in" "$DIR/etc/slurmdbd.conf.new"
   cp "$HERE/gres.conf" "$DIR/etc/gres.conf.new"
   for f in slurm.conf slurmdbd.conf gres.conf; do
-    if ((fresh)) && ! cmp -s "$DIR/etc/$f" "$DIR/etc/$f.new"; then
+    if ((running)) && ! cmp -s "$DIR/etc/$f" "$DIR/etc/$f.new"; then
       log "note: $f changed but the cluster is running; run stop.sh then start.sh to apply it"
       rm -f "$DIR/etc/$f.new"
     else
@@ -145,7 +145,14 @@ launch() {
   log "started $name (pid $!)"
 }
 
-alive() { daemon_pid "$1" >/dev/null || fail "$1 exited right after starting"; }
+# the daemon runs (a just-launched one may still be on its way through setsid's exec)
+alive() {
+  for ((i = 0; i < 20; i++)); do
+    daemon_pid "$1" >/dev/null && return 0
+    sleep 0.25
+  done
+  fail "$1 is not running (it exited right after starting?)"
+}
 
 sql() { timeout 10 mariadb --no-defaults --socket="$MYSQL_UNIX_PORT" -u root -e "$1"; }
 

@@ -15,7 +15,7 @@ if [[ -d $DIR/run ]]; then
   if daemon_pid slurmctld >/dev/null && command -v squeue >/dev/null; then
     jobs=$(squeue -h -o %A 2>/dev/null || true)
     if [[ -n $jobs ]]; then
-      log "cancelling the cluster's jobs: $(echo $jobs)"
+      log "cancelling the cluster's jobs: ${jobs//$'\n'/ }"
       # shellcheck disable=SC2086
       scancel $jobs 2>/dev/null || true
       # SIGTERM now, SIGKILL after KillWait (30 s)
