@@ -174,6 +174,8 @@ def summarize(
         estimates, improvement, returns_png, colors=colors, confidence=cfg["confidence"]
     )
     result["learning_curves"] = {g: {k: v.tolist() for k, v in b.items()} for g, b in bands.items()}
+    result["versions"] = provenance.versions()
+    result["code_revision"] = provenance.code_revision()
     io.write_json(summary_json, _strict(result))
     md_dir = Path(summary_md).parent
     links = {
