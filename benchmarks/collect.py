@@ -45,17 +45,22 @@ def limit(n_episodes: int, n_envs: int) -> float:
     return steps / (time.perf_counter() - start)
 
 
-def ours(n_episodes: int, n_envs: int, out: Path) -> float:
-    start = time.perf_counter()
-    demos = collect.collect_shard(
+def _collect(episodes: range, n_envs: int) -> dataset.Demos:
+    """Our collection path, as the collect_shard rule runs it."""
+    return collect.collect_shard(
         env_id=ENV_ID,
         env_kwargs={},
         expert_entry_point=EXPERT,
         expert_kwargs={},
         base_seed=0,
-        episodes=range(n_episodes),
+        episodes=episodes,
         n_envs=n_envs,
     )
+
+
+def ours(n_episodes: int, n_envs: int, out: Path) -> float:
+    start = time.perf_counter()
+    demos = _collect(range(n_episodes), n_envs)
     dataset.write(out, demos)
     return demos.n_steps / (time.perf_counter() - start)
 
@@ -89,15 +94,7 @@ def naive(n_episodes: int, workers: int, out: Path) -> float:
 
 def _shard(args: tuple[int, int, int]) -> int:
     n_episodes, n_shards, shard = args
-    demos = collect.collect_shard(
-        env_id=ENV_ID,
-        env_kwargs={},
-        expert_entry_point=EXPERT,
-        expert_kwargs={},
-        base_seed=0,
-        episodes=collect.shard_episodes(n_episodes, n_shards, shard),
-        n_envs=16,
-    )
+    demos = _collect(collect.shard_episodes(n_episodes, n_shards, shard), 16)
     return demos.n_steps
 
 

@@ -229,9 +229,8 @@ def make_training_env(
     n_workers: int,
 ) -> VecNormalize:
     """The RL vector env: n_envs envs (native, dummy or subproc), frozen obs normalisation."""
-    probe = tasks.make_env(env_id, env_kwargs)
-    wrap = _rescale_wrapper if policy.needs_rescale(probe.action_space) else None
-    probe.close()
+    _, action_space = tasks.spaces(env_id, env_kwargs)
+    wrap = _rescale_wrapper if policy.needs_rescale(action_space) else None
     venv: VecEnv = vec.make_vec_env(
         env_id, env_kwargs, rl_cfg["n_envs"], rl_cfg["vec_env"], n_workers=n_workers, wrap=wrap
     )
@@ -317,9 +316,7 @@ def train_rl(
     state_dir = Path(state_dir)
     state_dir.mkdir(parents=True, exist_ok=True)
     demos = dataset.read(demos_path)
-    probe = tasks.make_env(env_id, env_kwargs)
-    obs_space, act_space = probe.observation_space, probe.action_space
-    probe.close()
+    obs_space, act_space = tasks.spaces(env_id, env_kwargs)
     bc.check_dataset(demos, obs_space, act_space, env_id)
     warm = rl_cfg.get("warm_start") or {}  # the scratch arm does not get (or need) this slice
     if init == "bc":

@@ -45,6 +45,13 @@ def make_env(env_id: str, env_kwargs: Mapping[str, Any], **extra: Any) -> gym.En
     return gym.make(env_id, **dict(env_kwargs), **extra)
 
 
+def spaces(env_id: str, env_kwargs: Mapping[str, Any]) -> tuple[gym.Space, gym.Space]:
+    """The task's (observation_space, action_space), read off one env."""
+    env = make_env(env_id, env_kwargs)
+    env.close()
+    return env.observation_space, env.action_space
+
+
 def make_vector_env(
     env_id: str,
     env_kwargs: Mapping[str, Any],

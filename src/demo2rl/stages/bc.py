@@ -28,9 +28,7 @@ def train_bc(
     run: Run,
 ) -> dict[str, Any]:
     """Clone the expert, save the checkpoint, compare clone and expert on held-out episodes."""
-    env = tasks.make_env(task["env_id"], task["env_kwargs"])
-    obs_space, act_space = env.observation_space, env.action_space
-    env.close()
+    obs_space, act_space = tasks.spaces(task["env_id"], task["env_kwargs"])
     digest = dataset.read_attrs(demos_path)["content_hash"]
     run.log_dataset(demos_path, digest, context="training")
     result = bc.train_bc(

@@ -52,9 +52,7 @@ def evaluate_policy(
     torch.set_num_threads(1)  # small MLPs, batch of a few envs: one thread is fastest
     group = summary.policy_group(name)
     env_id, env_kwargs = task["env_id"], task["env_kwargs"]
-    env = tasks.make_env(env_id, env_kwargs)
-    obs_space, act_space = env.observation_space, env.action_space
-    env.close()
+    obs_space, act_space = tasks.spaces(env_id, env_kwargs)
     source: dict[str, Any]
     if name == "expert":
         actor = tasks.load_expert(task["expert"]["entry_point"], task["expert"]["kwargs"])

@@ -54,14 +54,14 @@ def train_rl(
         threads=threads,
         log_metrics=lambda metrics, step: run.log_metrics(metrics, step=step),
     )
-    env = tasks.make_env(task["env_id"], task["env_kwargs"])
+    obs_space, act_space = tasks.spaces(task["env_id"], task["env_kwargs"])
     policy.save_checkpoint(
         policy_out,
         result.model.policy,
         result.normalizer,
         policy_cfg=policy_cfg,
-        observation_space=env.observation_space,
-        action_space=env.action_space,
+        observation_space=obs_space,
+        action_space=act_space,
         meta={
             "dataset_hash": digest,
             "init": init,
@@ -70,7 +70,6 @@ def train_rl(
             "config": {"policy": policy_cfg, "rl": rl_cfg},
         },
     )
-    env.close()
     with io.atomic_path(progress_out) as tmp:
         rl.progress_table(state_dir).to_csv(tmp, index=False)
     with io.atomic_path(evaluations_out) as tmp:
