@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import gymnasium as gym
 import h5py
 import numpy as np
@@ -166,3 +168,15 @@ def test_verify_detects_modified_data(tmp_path):
     dataset.read(tmp_path / "d.h5")  # structure is fine
     with pytest.raises(dataset.DatasetError, match="content hash mismatch"):
         dataset.read(tmp_path / "d.h5", verify=True)
+
+
+def test_a_killed_writers_temporary_file_is_removed_by_the_next_write(tmp_path):
+    dead = 2**22 + 12345  # above the default pid_max: no such process
+    orphan = tmp_path / f".d.h5.tmp-{dead}"
+    orphan.write_bytes(b"half a file")
+    live = tmp_path / f".d.h5.tmp-{os.getpid()}x"  # not a pid suffix: left alone
+    live.write_bytes(b"")
+    dataset.write(tmp_path / "d.h5", make_demos())
+    assert not orphan.exists()
+    assert live.exists()
+    dataset.read(tmp_path / "d.h5", verify=True)

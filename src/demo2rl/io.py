@@ -15,10 +15,13 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it to ``path`` only if the block succeeds.
 
     The temporary file lives in the same directory (so the rename is atomic on POSIX) under a
-    hidden name that no rule declares. On error it is removed and ``path`` is left untouched.
+    hidden name that no rule declares. On error it is removed and ``path`` is left untouched; the
+    temporary files of earlier writers killed outright (SIGKILL: no cleanup runs) are removed
+    by the next write of the same path.
     """
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
+    _remove_orphans(final)
     tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
     try:
         yield tmp
@@ -28,6 +31,23 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+
+
+def _remove_orphans(final: Path) -> None:
+    for tmp in final.parent.glob(f".{final.name}.tmp-*"):
+        pid = tmp.name.rpartition("-")[2]
+        if pid.isdigit() and not _alive(int(pid)):
+            tmp.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def write_json(path: str | os.PathLike[str], obj: Any) -> None:
