@@ -4,11 +4,6 @@ rule train_bc:
     output:
         policy=f"{RESULTS}/bc/policy.pt",
         metrics=f"{RESULTS}/bc/metrics.json",
-        loss_plot=report(
-            f"{RESULTS}/bc/loss.png",
-            caption="../report/bc_loss.rst",
-            category="Behaviour cloning",
-        ),
     log:
         f"{RESULTS}/logs/train_bc.log",
     benchmark:
@@ -21,13 +16,39 @@ rule train_bc:
         mem_mb=8000,
         runtime=60,
         gpu=gpus(config["bc"]["device"]),
+        # envs stepped together when clone and expert drive the held-out episodes: speed only
+        eval_envs=config["evaluate"]["n_envs"],
     params:
-        tracking=tracking.settings(config),
+        tracking=TRACKING,
         task=config["task"],
         policy=config["policy"],
         bc=config["bc"],
-        evaluate=config["evaluate"],
+        eval_episodes=config["evaluate"]["during_training"],
         seed=config["seed"],
-        code=code("demo2rl.stages.bc"),
+        code=code("train_bc", task=True),
     script:
         "../scripts/train_bc.py"
+
+
+rule plot_bc:
+    input:
+        f"{RESULTS}/bc/metrics.json",
+    output:
+        report(
+            f"{RESULTS}/bc/loss.png",
+            caption="../report/bc_loss.rst",
+            category="Behaviour cloning",
+        ),
+    log:
+        f"{RESULTS}/logs/plot_bc.log",
+    conda:
+        "../envs/report.yaml"
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    params:
+        tracking=TRACKING,
+        code=code("plot_bc"),
+    script:
+        "../scripts/plot_bc.py"

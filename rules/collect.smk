@@ -11,12 +11,14 @@ rule collect_shard:
     resources:
         mem_mb=2000,
         runtime=30,
+        # envs stepped as one batch: speed only (every episode's seed is fixed by its index)
+        envs=config["collect"]["n_envs"],
     params:
-        tracking=tracking.settings(config),
+        tracking=TRACKING,
         task=config["task"],
-        collect=config["collect"],
+        collect={k: config["collect"][k] for k in ("n_episodes", "n_shards")},
         seed=config["seed"],
-        code=code("demo2rl.stages.collect"),
+        code=code("collect_shard", task=True),
     script:
         "../scripts/collect_shard.py"
 
@@ -37,8 +39,8 @@ rule merge_demos:
         mem_mb=4000,
         runtime=15,
     params:
-        tracking=tracking.settings(config),
-        collect=config["collect"],
-        code=code("demo2rl.stages.collect"),
+        tracking=TRACKING,
+        collect={k: config["collect"][k] for k in ("n_episodes", "valid_fraction")},
+        code=code("merge_demos"),
     script:
         "../scripts/merge_demos.py"

@@ -1,7 +1,13 @@
 # Shared by the rules: config checks, paths, wildcard constraints, code fingerprints, MLflow hooks.
+#
+# What each rule reruns on is exactly its `params:` (the config it reads, and the fingerprint of
+# the code it runs). Settings that change speed only (envs stepped together, checkpoint spacing)
+# are `resources:` instead, which rerun nothing. config/schema.yaml says, per key, which rules
+# read it (`x-read-by`); tests/test_rerun_matrix.py checks that against Snakemake's plan.
 from snakemake.exceptions import WorkflowError
 
-from demo2rl import config as config_checks, provenance, tracking
+from demo2rl import config as config_checks, provenance, tasks
+from demo2rl.tracking_settings import Settings as TrackingSettings
 
 try:
     config_checks.check(config)
@@ -17,6 +23,13 @@ RESULTS = f"results/{config['experiment']}"
 SHARDS = range(config["collect"]["n_shards"])
 INITS = ["bc", "scratch"]
 RL_SEEDS = config["rl"]["seeds"]
+ENV = {k: config["task"][k] for k in ("env_id", "env_kwargs")}
+"""The task without its expert: what stages that only step the env read."""
+TASK_CODE = tasks.entry_point_modules(config["task"])
+"""The modules of the task's env and expert (a user's own code, too)."""
+# how tracking failures are treated: a dataclass, which Snakemake leaves out of its params rerun
+# trigger (it cannot change a result); tests/test_rerun_matrix.py checks that it stays so
+TRACKING = TrackingSettings.of(config["tracking"])
 
 
 def rl_inputs(wildcards):
@@ -28,9 +41,12 @@ def rl_inputs(wildcards):
 
 
 def rl_params(wildcards):
-    """The rl slice a run depends on: not the seed list (adding a seed must not rerun the
-    others), and warm-start settings only for the bc arm."""
-    skip = {"seeds"} | ({"warm_start"} if wildcards.init == "scratch" else set())
+    """The rl slice a run reads: not the seed list (adding a seed must not rerun the others),
+    not checkpoint_every (a resource), and the warm-start settings only in the bc arm.
+    """
+    skip = {"seeds", "checkpoint_every"}
+    if wildcards.init != "bc":
+        skip.add("warm_start")
     return {k: v for k, v in config["rl"].items() if k not in skip}
 
 
@@ -39,9 +55,13 @@ def gpus(device):
     return 1 if str(device).startswith("cuda") else 0
 
 
-def code(*modules):
-    """Fingerprint of the library code behind a job; as a param, an edit of that code reruns it."""
-    return provenance.code_fingerprint(*modules)
+def code(stage, task=False):
+    """Fingerprint of the code a rule runs (its stage module and what that imports; with
+    `task`, the task's env and expert too); as a param, an edit of that code reruns the rule.
+    """
+    return provenance.code_fingerprint(
+        f"demo2rl.stages.{stage}", *(TASK_CODE if task else ())
+    )
 
 
 wildcard_constraints:
@@ -52,15 +72,22 @@ wildcard_constraints:
 
 # MLflow: the store is created and the parent run started here, once, before any job (jobs
 # racing to create a SQLite store corrupt it); the jobs find both through the environment.
+# (mlflow is imported here, not at the top: it takes seconds, and every job parses this file.)
 onstart:
+    from demo2rl import tracking
+
     parent = tracking.start_workflow(config["experiment"], config)
     if parent:
         logger.info(f"MLflow: parent run {parent} in {tracking.tracking_uri()}")
 
 
 onsuccess:
-    tracking.end_workflow(success=True, settings=tracking.settings(config))
+    from demo2rl import tracking
+
+    tracking.end_workflow(success=True, settings=TRACKING)
 
 
 onerror:
-    tracking.end_workflow(success=False, settings=tracking.settings(config))
+    from demo2rl import tracking
+
+    tracking.end_workflow(success=False, settings=TRACKING)

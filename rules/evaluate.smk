@@ -34,14 +34,14 @@ rule evaluate:
     resources:
         mem_mb=2000,
         runtime=30,
+        # envs stepped together: speed only
+        envs=config["evaluate"]["n_envs"],
     params:
-        tracking=tracking.settings(config),
-        task=config["task"],
-        # the network config of learned policies; the expert's evaluation does not depend on it
-        policy=lambda wc: config["policy"] if wc.policy != "expert" else None,
-        # not the seed list: adding RL seeds must not rerun the other evaluations
-        evaluate={k: config["evaluate"][k] for k in ("episodes", "n_envs")},
+        tracking=TRACKING,
+        # the expert is the task's; a learned policy's network comes from its checkpoint
+        task=lambda wc: config["task"] if wc.policy == "expert" else ENV,
+        episodes=config["evaluate"]["episodes"],
         seed=config["seed"],
-        code=code("demo2rl.stages.evaluate"),
+        code=code("evaluate", task=True),
     script:
         "../scripts/evaluate.py"

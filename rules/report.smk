@@ -1,54 +1,24 @@
-# The comparison across policies and seeds, its plots, and what `snakemake --report` shows.
+# The comparison across policies and seeds, its figures, and what `snakemake --report` shows.
+# The numbers (summarize) and each figure (plot_*) are separate rules, so an edit to plotting
+# code redraws figures and recomputes nothing.
 REPORT = f"{RESULTS}/report"
 RACING = config["task"]["env_id"].rpartition(":")[2] == "Racing-v0"
-
-
-# static per config: the racing task adds its track figure and animation
-SUMMARY_OUTPUTS = {
-    "summary_json": f"{REPORT}/summary.json",
-    "summary_md": f"{REPORT}/summary.md",
-    "policies": report(
-        f"{REPORT}/policies.csv",
-        caption="../report/policies.rst",
-        category="Evaluation",
-        labels={"table": "returns per policy"},
-    ),
-    "improvement": report(
-        f"{REPORT}/improvement.csv",
-        caption="../report/improvement.rst",
-        category="Evaluation",
-        labels={"table": "probability of improvement"},
-    ),
-    "runs": f"{REPORT}/runs.csv",
-    "episodes": f"{REPORT}/episodes.csv",
-    "curves_png": report(
-        f"{REPORT}/plots/learning_curves.png",
-        caption="../report/learning_curves.rst",
-        category="Evaluation",
-        labels={"figure": "learning curves"},
-    ),
-    "returns_png": report(
-        f"{REPORT}/plots/final_returns.png",
-        caption="../report/final_returns.rst",
-        category="Evaluation",
-        labels={"figure": "final returns"},
-    ),
+SUMMARY_FIGURES = {
+    "curves_png": f"{REPORT}/plots/learning_curves.png",
+    "returns_png": f"{REPORT}/plots/final_returns.png",
 }
-if RACING:
-    SUMMARY_OUTPUTS["track_png"] = report(
-        f"{REPORT}/plots/track_lines.png",
-        caption="../report/track_lines.rst",
-        category="Racing",
-        labels={"figure": "track lines"},
-    )
-    SUMMARY_OUTPUTS["lap_gif"] = report(
-        f"{REPORT}/plots/best_lap.gif",
-        caption="../report/best_lap.rst",
-        category="Racing",
-        labels={"figure": "best lap"},
-    )
+RACING_FIGURES = {
+    "track_png": f"{REPORT}/plots/track_lines.png",
+    "lap_gif": f"{REPORT}/plots/best_lap.gif",
+}
 # what rule all builds
-REPORT_TARGETS = [SUMMARY_OUTPUTS["summary_md"], SUMMARY_OUTPUTS["summary_json"]]
+REPORT_TARGETS = [
+    f"{REPORT}/summary.md",
+    f"{REPORT}/summary.json",
+    f"{RESULTS}/bc/loss.png",
+    *SUMMARY_FIGURES.values(),
+    *(RACING_FIGURES.values() if RACING else ()),
+]
 
 
 report: "../report/workflow.rst"
@@ -63,7 +33,22 @@ rule summarize:
             seed=RL_SEEDS,
         ),
     output:
-        **SUMMARY_OUTPUTS,
+        summary_json=f"{REPORT}/summary.json",
+        summary_md=f"{REPORT}/summary.md",
+        policies=report(
+            f"{REPORT}/policies.csv",
+            caption="../report/policies.rst",
+            category="Evaluation",
+            labels={"table": "returns per policy"},
+        ),
+        improvement=report(
+            f"{REPORT}/improvement.csv",
+            caption="../report/improvement.rst",
+            category="Evaluation",
+            labels={"table": "probability of improvement"},
+        ),
+        runs=f"{REPORT}/runs.csv",
+        episodes=f"{REPORT}/episodes.csv",
     log:
         f"{RESULTS}/logs/summarize.log",
     benchmark:
@@ -75,11 +60,77 @@ rule summarize:
         mem_mb=4000,
         runtime=15,
     params:
-        tracking=tracking.settings(config),
-        summary={k: config["evaluate"][k] for k in ("bootstrap_reps", "confidence")},
+        tracking=TRACKING,
+        bootstrap_reps=config["evaluate"]["bootstrap_reps"],
+        confidence=config["evaluate"]["confidence"],
         seed=config["seed"],
         # the RL learning curves were evaluated on this many of the held-out tracks
         curve_tracks=config["evaluate"]["during_training"],
-        code=code("demo2rl.stages.evaluate"),
+        # summary.md links to the figures
+        figures=SUMMARY_FIGURES,
+        code=code("summarize"),
     script:
         "../scripts/summarize.py"
+
+
+rule plot_summary:
+    input:
+        f"{REPORT}/summary.json",
+    output:
+        curves_png=report(
+            SUMMARY_FIGURES["curves_png"],
+            caption="../report/learning_curves.rst",
+            category="Evaluation",
+            labels={"figure": "learning curves"},
+        ),
+        returns_png=report(
+            SUMMARY_FIGURES["returns_png"],
+            caption="../report/final_returns.rst",
+            category="Evaluation",
+            labels={"figure": "final returns"},
+        ),
+    log:
+        f"{RESULTS}/logs/plot_summary.log",
+    conda:
+        "../envs/report.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=5,
+    params:
+        tracking=TRACKING,
+        code=code("plot_summary"),
+    script:
+        "../scripts/plot_summary.py"
+
+
+rule plot_racing:
+    input:
+        summary=f"{REPORT}/summary.json",
+        evaluations=expand(f"{RESULTS}/eval/{{policy}}.json", policy=EVAL_POLICIES),
+    output:
+        track_png=report(
+            RACING_FIGURES["track_png"],
+            caption="../report/track_lines.rst",
+            category="Racing",
+            labels={"figure": "track lines"},
+        ),
+        lap_gif=report(
+            RACING_FIGURES["lap_gif"],
+            caption="../report/best_lap.rst",
+            category="Racing",
+            labels={"figure": "best lap"},
+        ),
+    log:
+        f"{RESULTS}/logs/plot_racing.log",
+    conda:
+        "../envs/report.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    params:
+        tracking=TRACKING,
+        code=code("plot_racing", task=True),
+    script:
+        "../scripts/plot_racing.py"

@@ -11,21 +11,27 @@ rule train_rl:
         f"{RESULTS}/benchmarks/train_rl/{{init}}-seed{{seed}}.tsv"
     conda:
         "../envs/train.yaml"
+    # worker processes of rl.vec_env: subproc (speed only)
     threads: 1
     resources:
         mem_mb=4000,
         runtime=240,
         gpu=gpus(config["rl"]["device"]),
+        # speed and robustness only: envs stepped together in the held-out evaluations, and
+        # env steps between resumable checkpoints
+        eval_envs=config["evaluate"]["n_envs"],
+        checkpoint_every=config["rl"]["checkpoint_every"],
     params:
-        tracking=tracking.settings(config),
-        task=config["task"],
+        tracking=TRACKING,
+        task=ENV,
         policy=config["policy"],
         rl=rl_params,
-        evaluate=config["evaluate"],
+        eval_episodes=config["evaluate"]["during_training"],
         seed=config["seed"],
         clip_obs=config["bc"]["clip_obs"],
-        # resumable state lives beside the outputs, not as one: Snakemake must not delete it
+        # resumable state lives beside the outputs, not as one: Snakemake must not delete it;
+        # it records the run's key, and a run resumes only its own state
         state_dir=lambda wc: f"{RESULTS}/rl/{wc.init}/seed-{wc.seed}/state",
-        code=code("demo2rl.stages.rl"),
+        code=code("train_rl", task=True),
     script:
         "../scripts/train_rl.py"

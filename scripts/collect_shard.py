@@ -1,7 +1,7 @@
 """Rule collect_shard: one contiguous range of demonstration episodes to an HDF5 shard."""
 
 from demo2rl.jobs import job
-from demo2rl.stages import collect as stage
+from demo2rl.stages import collect_shard as stage
 
 shard = int(snakemake.wildcards.shard)
 with job(snakemake, stage="collect", run_name=f"collect-shard{shard}") as run:
@@ -11,5 +11,6 @@ with job(snakemake, stage="collect", run_name=f"collect-shard{shard}") as run:
         task=snakemake.params.task,
         collect_cfg=snakemake.params.collect,
         seed=snakemake.params.seed,
+        n_envs=snakemake.resources.envs,
         run=run,
     )

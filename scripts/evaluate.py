@@ -10,8 +10,8 @@ with job(snakemake, stage="evaluate", run_name=f"eval-{name}") as run:
         checkpoint=snakemake.input.get("checkpoint"),
         out=snakemake.output[0],
         task=p.task,
-        policy_cfg=p.policy,
-        eval_cfg=p.evaluate,
+        episodes=p.episodes,
         seed=p.seed,
+        n_envs=snakemake.resources.envs,
         run=run,
     )

@@ -1,7 +1,7 @@
 """Rule merge_demos: shards to the merged dataset with its split, statistics and content hash."""
 
 from demo2rl.jobs import job
-from demo2rl.stages import collect as stage
+from demo2rl.stages import merge_demos as stage
 
 with job(snakemake, stage="merge", run_name="merge-demos") as run:
     stage.merge_demos(

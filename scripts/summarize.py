@@ -1,7 +1,7 @@
-"""Rule summarize: the comparison across policies and RL seeds, its tables and plots."""
+"""Rule summarize: the comparison across policies and RL seeds, its tables and numbers."""
 
 from demo2rl.jobs import job
-from demo2rl.stages import evaluate as stage
+from demo2rl.stages import summarize as stage
 
 out, p = snakemake.output, snakemake.params
 with job(snakemake, stage="summarize", run_name="summarize") as run:
@@ -11,11 +11,12 @@ with job(snakemake, stage="summarize", run_name="summarize") as run:
         summary_json=out.summary_json,
         summary_md=out.summary_md,
         tables={k: out[k] for k in ("policies", "improvement", "runs", "episodes")},
-        curves_png=out.curves_png,
-        returns_png=out.returns_png,
-        track_png=out.get("track_png"),
-        lap_gif=out.get("lap_gif"),
-        cfg=p.summary,
+        plot_links={
+            "Learning curves": p.figures["curves_png"],
+            "Final returns": p.figures["returns_png"],
+        },
+        bootstrap_reps=p.bootstrap_reps,
+        confidence=p.confidence,
         seed=p.seed,
         curve_tracks=p.curve_tracks,
         run=run,

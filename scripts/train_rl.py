@@ -4,9 +4,9 @@ import sys
 
 from demo2rl import rl
 from demo2rl.jobs import job
-from demo2rl.stages import rl as stage
+from demo2rl.stages import train_rl as stage
 
-p, wc = snakemake.params, snakemake.wildcards
+p, wc, res = snakemake.params, snakemake.wildcards, snakemake.resources
 try:
     with job(snakemake, stage="rl", run_name=f"rl-{wc.init}-seed{wc.seed}") as run:
         stage.train_rl(
@@ -21,10 +21,12 @@ try:
             task=p.task,
             policy_cfg=p.policy,
             rl_cfg=p.rl,
-            eval_cfg=p.evaluate,
+            eval_episodes=p.eval_episodes,
             seed=p.seed,
             clip_obs=p.clip_obs,
             threads=snakemake.threads,
+            eval_envs=res.eval_envs,
+            checkpoint_every=res.checkpoint_every,
             run=run,
         )
 except rl.Preempted as stop:

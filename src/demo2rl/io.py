@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -62,3 +63,14 @@ def _json_default(obj: Any) -> Any:
     if hasattr(obj, "item"):
         return obj.item()
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def strict_json(obj: Any) -> Any:
+    """``obj`` with NaN and infinities replaced by None (null): strict JSON any reader accepts."""
+    if isinstance(obj, Mapping):
+        return {k: strict_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [strict_json(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj

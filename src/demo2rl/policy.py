@@ -372,10 +372,14 @@ def load_checkpoint(
     path: str | os.PathLike[str],
     observation_space: gym.Space,
     action_space: gym.Space,
-    policy_cfg: Mapping[str, Any],
+    policy_cfg: Mapping[str, Any] | None = None,
 ) -> tuple[ActorCriticPolicy, ObsNormalizer, dict[str, Any]]:
-    """Build the policy from the config, load the checkpoint strictly; returns (policy,
-    normalizer, checkpoint dict). Raises CheckpointError naming the file and the mismatch."""
+    """Build the policy, load the checkpoint strictly; returns (policy, normalizer, checkpoint).
+
+    With ``policy_cfg`` the checkpoint must match that network config (a stage about to train it
+    further); without, the network is built from the config the checkpoint records (a stage that
+    only acts with it). Raises CheckpointError naming the file and the mismatch.
+    """
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(path, "no such checkpoint file")
@@ -396,7 +400,7 @@ def load_checkpoint(
         problem = space_mismatch(name, ckpt[name], describe_space(space))
         if problem:
             raise CheckpointError(path, f"{problem} (checkpoint vs task)")
-    cfg = normalise_policy_cfg(policy_cfg)
+    cfg = normalise_policy_cfg(ckpt["policy_cfg"] if policy_cfg is None else policy_cfg)
     problem = _architecture_mismatch(ckpt["policy_cfg"], cfg)
     if problem:
         raise CheckpointError(path, problem)

@@ -6,8 +6,11 @@ import ast
 import functools
 import hashlib
 import importlib.metadata
+import importlib.util
 import platform
+import re
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 PACKAGES = (
@@ -21,7 +24,9 @@ PACKAGES = (
     "snakemake",
 )
 _SRC = Path(__file__).resolve().parent
-RESULT_NEUTRAL = frozenset({"demo2rl.tracking", "demo2rl.provenance", "demo2rl.jobs"})
+RESULT_NEUTRAL = frozenset(
+    {"demo2rl.tracking", "demo2rl.tracking_settings", "demo2rl.provenance", "demo2rl.jobs"}
+)
 """Modules that cannot change a result (tracking, provenance records): not fingerprinted."""
 
 
@@ -52,11 +57,12 @@ def code_revision() -> dict[str, str | bool]:
 
 
 def code_fingerprint(*modules: str) -> str:
-    """Hash of the source of ``modules`` and every demo2rl module they import, transitively.
+    """Hash of the source of ``modules`` and the modules they import, transitively.
 
     Snakemake tracks a rule's script but not the library modules it imports; putting this value
-    in a rule's ``params`` makes an edit to any module a stage uses rerun that stage. Comments,
-    docstrings and formatting do not count: the hash is taken over the parsed syntax tree.
+    in a rule's ``params`` makes an edit to any module a stage runs rerun that stage. Comments,
+    docstrings and formatting do not count: the hash is taken over the parsed syntax tree. What
+    :func:`code_modules` follows decides which edits rerun which rules.
     """
     digest = hashlib.sha256()
     for name, path in sorted(code_modules(*modules).items()):
@@ -66,41 +72,65 @@ def code_fingerprint(*modules: str) -> str:
 
 
 def code_modules(*modules: str) -> dict[str, Path]:
-    """The demo2rl modules ``modules`` import, transitively (themselves included): name -> file."""
+    """The modules whose code ``modules`` run: name -> file, ``modules`` themselves included.
+
+    Followed, transitively, within the top-level package of each starting module (demo2rl, or a
+    user's package named by a task or expert entry point):
+
+    * imports at module level (including those in class bodies);
+    * ``"package.module:Name"`` string constants (gymnasium entry points register envs by name).
+
+    Not followed: imports inside a function (a deferred import marks code the module does not
+    need for its results, such as the racing env's renderer), ``if TYPE_CHECKING:`` imports,
+    :data:`RESULT_NEUTRAL` modules, and modules installed in site-packages (their versions are
+    recorded by :func:`versions`).
+    """
     seen: dict[str, Path] = {}
+    roots = {m.partition(".")[0] for m in modules}
     todo = list(modules)
     while todo:
         name = todo.pop()
-        if name in seen or name in RESULT_NEUTRAL:
-            continue
-        if not (name == "demo2rl" or name.startswith("demo2rl.")):
+        if name in seen or name in RESULT_NEUTRAL or name.partition(".")[0] not in roots:
             continue
         path = _module_path(name)
         if path is None:
             continue
         seen[name] = path
         tree = ast.parse(path.read_text(), filename=str(path))
-        todo.extend(_imports(tree, name, is_package=path.name == "__init__.py"))
-        if path.name == "__init__.py" and name != "demo2rl":
-            # a subpackage may register its modules by name (gymnasium entry points): take them all
-            todo.extend(
-                f"{name}.{p.stem}" for p in path.parent.glob("*.py") if p.stem != "__init__"
-            )
+        todo.extend(_dependencies(tree, name, is_package=path.name == "__init__.py"))
+        if "." in name:  # importing a.b.c runs a/__init__.py and a/b/__init__.py first
+            todo.append(name.rpartition(".")[0])
     return seen
 
 
 def _module_path(name: str) -> Path | None:
-    rel = Path(*name.split(".")[1:])
-    for candidate in (_SRC / rel / "__init__.py", (_SRC / rel).with_suffix(".py")):
-        if candidate.is_file():
-            return candidate
-    return None
+    """The source file of module ``name`` (None: no such module, or an installed package's)."""
+    if name == "demo2rl" or name.startswith("demo2rl."):
+        rel = Path(*name.split(".")[1:])
+        for candidate in (_SRC / rel / "__init__.py", (_SRC / rel).with_suffix(".py")):
+            if candidate.is_file():
+                return candidate
+        return None
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return None
+    path = Path(spec.origin)
+    if any(part in ("site-packages", "dist-packages") for part in path.parts):
+        return None
+    return path
 
 
-def _imports(tree: ast.Module, module: str, is_package: bool) -> list[str]:
+_ENTRY_POINT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*):[A-Za-z_]\w*")
+
+
+def _dependencies(tree: ast.Module, module: str, is_package: bool) -> list[str]:
+    """Modules imported at module level, and modules named by entry-point strings."""
     package = module if is_package else module.rpartition(".")[0]
     found = []
-    for node in ast.walk(tree):
+    for node in _module_level(tree.body):
         if isinstance(node, ast.Import):
             found += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -111,7 +141,27 @@ def _imports(tree: ast.Module, module: str, is_package: bool) -> list[str]:
                 base = f"{parent}.{base}" if base else parent
             found.append(base)
             found += [f"{base}.{alias.name}" for alias in node.names]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            match = _ENTRY_POINT.fullmatch(node.value)
+            if match:
+                found.append(match.group(1))
     return found
+
+
+def _module_level(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """The statements that run on import: not function bodies, not ``if TYPE_CHECKING:``."""
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            yield from _module_level(node.orelse)
+            continue
+        yield node
+        for field in ("body", "orelse", "finalbody", "handlers"):
+            inner = getattr(node, field, None)
+            if isinstance(inner, list):
+                yield from _module_level([n for n in inner if isinstance(n, ast.AST)])
 
 
 def _normalised_source(path: Path) -> str:

@@ -16,14 +16,21 @@ measured:
 
 Runs are resumable: every ``checkpoint_every`` env steps (and on SIGTERM, e.g. a SLURM preemption)
 the model and the run's state are saved atomically to a state directory beside the outputs; a
-restarted job continues from there and stops at ``total_timesteps``.
+restarted job continues from there and stops at ``total_timesteps``. The state belongs to exactly
+one run: the directory records the run's key (a digest of its config, the content of its inputs
+and its code), and a job resumes only state with its own key; any other state is discarded, with
+a warning naming what changed. A checkpoint holds tensors, counters and JSON, never a pickle
+(loaded with ``weights_only=True``); the model itself is always built from the config in force,
+so a resumed run cannot pick up another run's hyperparameters.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
+import shutil
 import signal
 import time
 from collections.abc import Callable, Mapping
@@ -188,6 +195,7 @@ class _Run:
     evaluate: Callable[[], dict[str, float]]
     evaluations: list[dict[str, float]]
     resumed: int
+    checkpoint_every: int
     last_eval: int = -1
     last_checkpoint: int = 0
 
@@ -203,18 +211,90 @@ class _Run:
         log.info("eval at step %d: return %.2f", step, row["return_mean"])
 
     def maybe_checkpoint(self, step: int, force: bool = False) -> None:
-        if force or step - self.last_checkpoint >= self.cfg["checkpoint_every"]:
+        if force or step - self.last_checkpoint >= self.checkpoint_every:
             self.save(step)
 
     def save(self, step: int) -> None:
-        """Model then state, each atomically: a kill in between loses nothing that matters."""
+        """Weights then state, each atomically: a kill in between loses nothing that matters."""
         self.model.num_timesteps = step
-        with io.atomic_path(self.state_dir / "model.zip") as tmp, open(tmp, "wb") as fh:
-            self.model.save(fh)
+        save_checkpoint(self.state_dir / CHECKPOINT, self.model)
         state = {"timesteps": step, "evaluations": self.evaluations, "resumed": self.resumed}
         io.write_json(self.state_dir / "state.json", state)
         self.last_checkpoint = step
         log.info("checkpoint at step %d -> %s", step, self.state_dir)
+
+
+# --------------------------------------------------------------------------------------------
+# the state directory: one run's key, its checkpoint (tensors and counters) and its state
+
+CHECKPOINT = "checkpoint.pt"
+STATE = "state.json"
+KEY = "key.json"
+
+
+def run_key(parts: Mapping[str, Any]) -> dict[str, Any]:
+    """The key of a run: a digest of each part (config, inputs, code) and of all of them.
+
+    ``parts`` must hold everything the run's result depends on, as JSON-able values.
+    """
+    digests = {name: _digest(value) for name, value in sorted(parts.items())}
+    return {"key": _digest(digests), "parts": digests}
+
+
+def claim_state_dir(state_dir: Path, key: Mapping[str, Any]) -> bool:
+    """Make ``state_dir`` this run's: True if it holds state of this very run (resume).
+
+    State of any other run (another key, or none recorded) is deleted, with a warning that names
+    the parts of the key that differ; the directory then records ``key`` and is empty otherwise.
+    """
+    key_file = state_dir / KEY
+    recorded = json.loads(key_file.read_text()) if key_file.is_file() else None
+    if recorded is not None and recorded.get("key") == key["key"]:
+        return (state_dir / STATE).is_file() and (state_dir / CHECKPOINT).is_file()
+    if state_dir.exists() and any(state_dir.iterdir()):
+        if recorded is None:
+            why = "it records no run key"
+        else:
+            old, new = recorded.get("parts", {}), key["parts"]
+            changed = sorted(p for p in old.keys() | new.keys() if old.get(p) != new.get(p))
+            why = f"its run key differs in: {', '.join(changed) or 'the key itself'}"
+        log.warning("discarding the state in %s: %s; training from the start", state_dir, why)
+        shutil.rmtree(state_dir)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    io.write_json(key_file, key)
+    return False
+
+
+def save_checkpoint(path: Path, model: PPO) -> None:
+    """The model's weights, optimizer state and counters: tensors and numbers, no pickle."""
+    ckpt = {
+        "policy": model.policy.state_dict(),
+        "optimizer": model.policy.optimizer.state_dict(),
+        "num_timesteps": int(model.num_timesteps),
+        "n_updates": int(model._n_updates),
+    }
+    with io.atomic_path(path) as tmp:
+        torch.save(ckpt, tmp)
+
+
+def load_checkpoint(path: Path, model: PPO) -> None:
+    """Restore :func:`save_checkpoint`'s weights and counters into ``model`` (built from the
+    config in force); ``weights_only=True``, so a crafted file cannot run code."""
+    try:
+        ckpt = torch.load(path, map_location=model.device, weights_only=True)
+        model.policy.load_state_dict(ckpt["policy"], strict=True)
+        model.policy.optimizer.load_state_dict(ckpt["optimizer"])
+        model.num_timesteps = int(ckpt["num_timesteps"])
+        model._n_updates = int(ckpt["n_updates"])
+    except Exception as err:  # unpickling refused, truncated file, foreign shapes
+        raise policy.CheckpointError(
+            path, f"cannot resume from it ({type(err).__name__}: {err})"
+        ) from err
+
+
+def _digest(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 # --------------------------------------------------------------------------------------------
@@ -299,14 +379,22 @@ def train_rl(
     base_seed: int,
     run_seed: int,
     state_dir: str | Path,
+    key: Mapping[str, Any],
+    eval_episodes: int,
     clip_obs: float = 10.0,
     threads: int = 1,
+    eval_envs: int = 16,
+    checkpoint_every: int = 50_000,
     log_metrics: Callable[[dict[str, float], int], None] | None = None,
 ) -> RLResult:
     """Train one PPO run (``init`` is ``"bc"`` or ``"scratch"``), resuming from ``state_dir``.
 
     The bc arm takes its observation normalisation from the checkpoint; the scratch arm computes
     the same from the dataset's statistics with ``clip_obs`` (``bc.clip_obs`` in the config).
+    ``key`` (see :func:`run_key`) names the run: only state recorded under the same key resumes.
+    Every ``rl_cfg["eval_every"]`` env steps the policy drives ``eval_episodes`` held-out
+    episodes. ``threads`` (subproc workers), ``eval_envs`` and ``checkpoint_every`` change speed
+    and robustness, never the result of an uninterrupted run.
 
     Raises :class:`Preempted` after checkpointing when SIGTERM arrives.
     """
@@ -314,7 +402,7 @@ def train_rl(
         raise ValueError(f"init must be 'bc' or 'scratch', got {init!r}")
     torch.set_num_threads(1)  # small MLPs: one thread is fastest and keeps results exact
     state_dir = Path(state_dir)
-    state_dir.mkdir(parents=True, exist_ok=True)
+    resume = claim_state_dir(state_dir, key)
     demos = dataset.read(demos_path)
     obs_space, act_space = tasks.spaces(env_id, env_kwargs)
     bc.check_dataset(demos, obs_space, act_space, env_id)
@@ -331,39 +419,37 @@ def train_rl(
     seed = seeds.rl_seed(base_seed, run_seed)
     device = policy.resolve_device(rl_cfg["device"])
 
-    state_file = state_dir / "state.json"
-    if state_file.is_file() and (state_dir / "model.zip").is_file():
-        state = json.loads(state_file.read_text())
-        model = RegularisedPPO.load(state_dir / "model.zip", env=env, device=device)
+    model = new_model(
+        env,
+        policy_cfg,
+        rl_cfg["ppo"],
+        seed=seed,
+        device=device,
+        bc_policy=bc_policy if init == "bc" else None,
+        log_std=warm.get("log_std"),
+    )
+    resumed, evaluations = 0, []
+    if resume:
+        state = json.loads((state_dir / STATE).read_text())
+        load_checkpoint(state_dir / CHECKPOINT, model)
         resumed = state["resumed"] + 1
         model.set_random_seed(seed + resumed * rl_cfg["n_envs"])  # fresh, still in the RL block
         evaluations = state["evaluations"]
         log.info("resuming from step %d (resume #%d)", model.num_timesteps, resumed)
-    else:
-        model = new_model(
-            env,
-            policy_cfg,
-            rl_cfg["ppo"],
-            seed=seed,
-            device=device,
-            bc_policy=bc_policy if init == "bc" else None,
-            log_std=warm.get("log_std"),
-        )
-        resumed, evaluations = 0, []
 
     total = int(rl_cfg["total_timesteps"])
     if init == "bc" and warm["bc_coef"] > 0:
         obs, actions = _demo_tensors(demos, normalizer, act_space, device)
         model.set_bc_data(obs, actions, warm["bc_coef"], warm["bc_decay"], total)
-    eval_seeds = evaluation.heldout_seeds(base_seed, rl_cfg["eval_episodes"])
+    eval_seeds = evaluation.heldout_seeds(base_seed, eval_episodes)
     act_space_env = act_space
 
     def evaluate() -> dict[str, float]:
         actor = policy.make_actor(model.policy, normalizer, act_space_env)
-        result = evaluation.evaluate(env_id, env_kwargs, actor, eval_seeds, n_envs=16)
+        result = evaluation.evaluate(env_id, env_kwargs, actor, eval_seeds, n_envs=eval_envs)
         return evaluation.summary(result)
 
-    run = _Run(model, state_dir, dict(rl_cfg), evaluate, evaluations, resumed)
+    run = _Run(model, state_dir, dict(rl_cfg), evaluate, evaluations, resumed, checkpoint_every)
     run.last_checkpoint = model.num_timesteps
     if evaluations:
         run.last_eval = int(evaluations[-1]["step"])

@@ -24,7 +24,6 @@ vectorised numpy, seeded, and its point estimates are rliable's.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -32,14 +31,10 @@ import numpy as np
 import scipy.stats
 from rliable import metrics as rly
 
-GROUPS = ("expert", "bc", "rl_bc", "rl_scratch")
-"""Policy groups, in the order of every table and plot."""
-LABELS = {
-    "expert": "expert",
-    "bc": "behaviour clone",
-    "rl_bc": "RL from BC",
-    "rl_scratch": "RL from scratch",
-}
+from demo2rl.groups import GROUPS, LABELS, RL_NAME, policy_group
+
+__all__ = ["GROUPS", "LABELS", "policy_group"]  # re-exported: the names of what is compared
+
 COMPARISONS = (("rl_bc", "rl_scratch"), ("rl_bc", "bc"), ("rl_scratch", "bc"))
 """Pairs (X, Y) whose probability of improvement P(X > Y) is reported; the first is the
 headline: does RL warm-started from the clone beat RL from scratch?"""
@@ -53,17 +48,6 @@ METRICS = {
     "laps": "laps",
 }
 """Per-episode metrics summarised when every evaluation has them, with their labels."""
-_RL_NAME = re.compile(r"rl-(bc|scratch)-seed(\d+)")
-
-
-def policy_group(name: str) -> str:
-    """The group of an evaluated policy: ``expert``, ``bc``, ``rl-bc-seed0`` -> ``rl_bc``."""
-    if name in ("expert", "bc"):
-        return name
-    match = _RL_NAME.fullmatch(name)
-    if not match:
-        raise ValueError(f"unknown policy name {name!r} (expert, bc, rl-<bc|scratch>-seed<N>)")
-    return f"rl_{match.group(1)}"
 
 
 def comparison_key(x: str, y: str) -> str:
@@ -352,7 +336,7 @@ def _nanmean(values: np.ndarray) -> float | None:
 
 
 def _seed(record: Mapping[str, Any]) -> int:
-    match = _RL_NAME.fullmatch(record["policy"])
+    match = RL_NAME.fullmatch(record["policy"])
     return int(match.group(2)) if match else -1
 
 

@@ -114,3 +114,13 @@ def expert_actions(expert: Expert, obs: np.ndarray, action_space: gym.Space) -> 
     if np.issubdtype(actions.dtype, np.floating) and not np.all(np.isfinite(actions)):
         raise TaskError("expert returned non-finite actions")
     return actions.astype(action_space.dtype, copy=False)
+
+
+def entry_point_modules(task: Mapping[str, Any]) -> list[str]:
+    """The modules a task's code lives in: its env's (and vector env's) registered entry points
+    and its expert's (when ``task`` has one). Stages add them to their code fingerprint, so an
+    edit to a user's env or expert reruns what used them."""
+    spec = env_spec(task["env_id"])
+    expert = task.get("expert", {}).get("entry_point")
+    entry_points = [spec.entry_point, spec.vector_entry_point, expert]
+    return [ep.partition(":")[0] for ep in entry_points if isinstance(ep, str) and ":" in ep]

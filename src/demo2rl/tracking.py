@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import dataclasses
 import json
 import logging
 import math
@@ -42,6 +41,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from demo2rl import io, provenance
+from demo2rl.tracking_settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -76,26 +76,12 @@ def tracking_uri(results_dir: str | os.PathLike[str] = "results") -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri(results_dir)
 
 
-@dataclasses.dataclass(frozen=True)
-class Settings:
-    """How tracking failures are treated: the config's ``tracking`` slice."""
-
-    fail_on_error: bool = False
-
-    @classmethod
-    def of(cls, value: Settings | Mapping[str, Any] | None) -> Settings:
-        """Settings from a rule's ``params.tracking`` (a Settings, a mapping, or nothing)."""
-        if isinstance(value, Settings):
-            return value
-        return cls(**(value or {}))
-
-
 def settings(config: Mapping[str, Any]) -> Settings:
     """The ``tracking`` slice of a workflow config, as a rule's ``params.tracking``.
 
     A dataclass rather than the plain dict on purpose: Snakemake leaves param values of other
     types out of its params rerun trigger, and switching ``fail_on_error`` cannot change a
-    result, so it must rerun nothing.
+    result, so it must rerun nothing (tests/test_rerun_matrix.py checks that it does not).
     """
     return Settings.of(config.get("tracking"))
 
@@ -676,3 +662,13 @@ def parent_run(job_run: Run | None = None) -> Iterator[Run | None]:
         run.outbox.flush()
         if job_run is not None:
             job_run.outbox.seconds += run.outbox.seconds
+
+
+def log_figures(paths: Sequence[str | os.PathLike[str]], run: Run) -> None:
+    """Figures as artifacts of the job's run and, under ``summary/``, of the workflow's parent
+    run (where the MLflow UI compares whole invocations)."""
+    for path in paths:
+        run.log_artifact(path)
+    with parent_run(run) as parent:
+        for path in paths if parent is not None else ():
+            parent.log_artifact(path, "summary")

@@ -36,7 +36,6 @@ from gymnasium import spaces
 from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from demo2rl.envs.render import render_rgb
 from demo2rl.envs.tracks import HALF_WIDTH, MIN_RADIUS_FACTOR, N_POINTS, TRACK_RADIUS, Track
 from demo2rl.envs.tracks import make_track as _make_track
 
@@ -302,6 +301,10 @@ class RacingCore:
         track = self.tracks[i]
         if track is None:
             raise RuntimeError("reset() before render()")
+        # deferred: drawing cannot change a result, so the renderer stays out of the code
+        # fingerprint of the rules that step this env (see demo2rl.provenance.code_modules)
+        from demo2rl.envs.render import render_rgb
+
         return render_rgb(track, self.x[i], self.y[i], self.yaw[i], size=size)
 
 

@@ -1,4 +1,8 @@
-"""Stage train_bc."""
+"""Stage train_bc: the behaviour clone, its checkpoint and its held-out comparison with the expert.
+
+The loss plot is drawn by the rule plot_bc (:mod:`demo2rl.stages.plot_bc`), so that plotting code
+is not part of this stage's code fingerprint.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from demo2rl import bc, dataset, evaluation, io, plots, policy, provenance, tasks
+from demo2rl import bc, dataset, evaluation, io, policy, provenance, tasks
 from demo2rl.tracking import Run
 
 log = logging.getLogger(__name__)
@@ -18,16 +22,20 @@ def train_bc(
     demos_path: str,
     policy_out: str,
     metrics_out: str,
-    plot_out: str,
     task: Mapping[str, Any],
     policy_cfg: Mapping[str, Any],
     bc_cfg: Mapping[str, Any],
-    eval_cfg: Mapping[str, Any],
+    eval_episodes: int,
     seed: int,
     threads: int,
+    eval_envs: int,
     run: Run,
 ) -> dict[str, Any]:
-    """Clone the expert, save the checkpoint, compare clone and expert on held-out episodes."""
+    """Clone the expert, save the checkpoint, compare clone and expert on held-out episodes.
+
+    ``eval_episodes`` held-out episodes (``evaluate.during_training``) are run ``eval_envs`` at a
+    time; ``eval_envs`` and ``threads`` change speed, never results.
+    """
     obs_space, act_space = tasks.spaces(task["env_id"], task["env_kwargs"])
     digest = dataset.read_attrs(demos_path)["content_hash"]
     run.log_dataset(demos_path, digest, context="training")
@@ -54,8 +62,8 @@ def train_bc(
     )
     actor = policy.make_actor(result.policy.cpu(), result.normalizer, act_space)
     expert = tasks.load_expert(task["expert"]["entry_point"], task["expert"]["kwargs"])
-    heldout = evaluation.heldout_seeds(seed, eval_cfg["during_training"])
-    n_envs = eval_cfg["n_envs"]
+    heldout = evaluation.heldout_seeds(seed, eval_episodes)
+    n_envs = eval_envs
     bc_eval = evaluation.summary(
         evaluation.evaluate(task["env_id"], task["env_kwargs"], actor, heldout, n_envs=n_envs)
     )
@@ -82,12 +90,10 @@ def train_bc(
         "versions": provenance.versions(),
         "code_revision": provenance.code_revision(),
     }
-    plots.loss_curves(result.history, plot_out)
     io.write_json(metrics_out, metrics)
     scalars = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)}
     run.log_metrics({f"final.{k}": v for k, v in scalars.items()})
     run.set_tags({"demo2rl.stop_reason": result.stop_reason, "demo2rl.data_path": result.data_path})
-    run.log_artifact(plot_out)
     run.log_artifact(policy_out)
     log.info(
         "BC return %.2f vs expert %.2f on %d held-out episodes (%.1f%%)",

@@ -1,4 +1,4 @@
-"""Stages collect_shard and merge_demos."""
+"""Stage collect_shard: one contiguous range of demonstration episodes to an HDF5 shard."""
 
 from __future__ import annotations
 
@@ -16,9 +16,14 @@ def collect_shard(
     task: Mapping[str, Any],
     collect_cfg: Mapping[str, Any],
     seed: int,
+    n_envs: int,
     run: Run,
 ) -> None:
-    """Collect one shard of expert episodes and write it."""
+    """Collect one shard of expert episodes and write it.
+
+    ``n_envs`` (envs stepped as one batch) changes speed, never the episodes: each episode's seed
+    is fixed by its index, so it is a rule resource, not part of ``collect_cfg``.
+    """
     demos = collect.collect_shard(
         env_id=task["env_id"],
         env_kwargs=task["env_kwargs"],
@@ -26,21 +31,8 @@ def collect_shard(
         expert_kwargs=task["expert"]["kwargs"],
         base_seed=seed,
         episodes=collect.shard_episodes(collect_cfg["n_episodes"], collect_cfg["n_shards"], shard),
-        n_envs=collect_cfg["n_envs"],
+        n_envs=n_envs,
     )
     digest = dataset.write(out, demos)
     run.log_metrics(collect.summary(demos))
     run.log_dataset(out, digest, context="collected")
-
-
-def merge_demos(*, shards: list[str], out: str, collect_cfg: Mapping[str, Any], run: Run) -> None:
-    """Verify and merge the shards into the dataset with its split and statistics."""
-    merged = dataset.merge(
-        [dataset.read(path, verify=True) for path in shards],
-        shards,
-        n_episodes=collect_cfg["n_episodes"],
-        valid_fraction=collect_cfg["valid_fraction"],
-    )
-    digest = dataset.write(out, merged)
-    run.log_metrics(collect.summary(merged))
-    run.log_dataset(out, digest, context="merged")

@@ -1,7 +1,8 @@
-"""Stage train_rl."""
+"""Stage train_rl: one PPO run of an arm and seed, resumable, under a key of everything it uses."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -9,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from demo2rl import dataset, io, policy, rl, tasks
+from demo2rl import dataset, io, policy, provenance, rl, tasks
 from demo2rl.tracking import Run
 
 
@@ -26,19 +27,44 @@ def train_rl(
     task: Mapping[str, Any],
     policy_cfg: Mapping[str, Any],
     rl_cfg: Mapping[str, Any],
-    eval_cfg: Mapping[str, Any],
+    eval_episodes: int,
     seed: int,
     clip_obs: float,
     threads: int,
+    eval_envs: int,
+    checkpoint_every: int,
     run: Run,
 ) -> rl.RLResult:
-    """One PPO run of an arm (``init``: bc or scratch) and seed; resumes from ``state_dir``."""
+    """One PPO run of an arm (``init``: bc or scratch) and seed; resumes from ``state_dir``.
+
+    The run's key covers every argument that can change its result (the config slices, the
+    dataset's content hash, the clone's file digest, the code of this stage), so state left by
+    a run of another config, other inputs or other code is never resumed. ``threads``,
+    ``eval_envs`` and ``checkpoint_every`` change speed only and are not part of it.
+    """
     digest = dataset.read_attrs(demos_path)["content_hash"]
     run.log_dataset(
         demos_path, digest, context="normalisation" if init == "scratch" else "training"
     )
     if bc_checkpoint:
         run.set_tags({"demo2rl.bc_checkpoint": str(Path(bc_checkpoint).resolve())})
+    key = rl.run_key(
+        {
+            "config": {
+                "task": task,
+                "policy": policy_cfg,
+                "rl": rl_cfg,
+                "eval_episodes": eval_episodes,
+                "seed": seed,
+                "clip_obs": clip_obs,
+                "init": init,
+                "run_seed": run_seed,
+            },
+            "inputs.demos": digest,
+            "inputs.bc": _file_digest(bc_checkpoint) if bc_checkpoint else None,
+            "code": provenance.code_fingerprint(__name__, *tasks.entry_point_modules(task)),
+        }
+    )
     result = rl.train_rl(
         env_id=task["env_id"],
         env_kwargs=task["env_kwargs"],
@@ -46,12 +72,16 @@ def train_rl(
         demos_path=demos_path,
         bc_checkpoint=bc_checkpoint,
         policy_cfg=policy_cfg,
-        rl_cfg=rl_cfg | {"eval_episodes": eval_cfg["during_training"]},
+        rl_cfg=rl_cfg,
         base_seed=seed,
         run_seed=run_seed,
         state_dir=state_dir,
+        key=key,
+        eval_episodes=eval_episodes,
         clip_obs=clip_obs,
         threads=threads,
+        eval_envs=eval_envs,
+        checkpoint_every=checkpoint_every,
         log_metrics=lambda metrics, step: run.log_metrics(metrics, step=step),
     )
     obs_space, act_space = tasks.spaces(task["env_id"], task["env_kwargs"])
@@ -78,3 +108,7 @@ def train_rl(
     run.log_metrics({f"final.{k}": v for k, v in final.items() if math.isfinite(v)})
     run.log_artifact(policy_out)
     return result
+
+
+def _file_digest(path: str) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()

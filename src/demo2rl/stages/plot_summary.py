@@ -1,0 +1,50 @@
+"""Stage plot_summary: the learning curves and the final held-out returns, from summary.json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from demo2rl import plots, tracking
+from demo2rl.tracking import Run
+
+COLORS = {
+    "expert": "black",
+    "bc": "tab:orange",
+    "rl_bc": "tab:blue",
+    "rl_scratch": "tab:green",
+}
+"""One colour per policy group, the same in every figure."""
+
+
+def plot_summary(*, summary_json: str, curves_png: str, returns_png: str, run: Run) -> None:
+    """Draw the RL learning curves (bands over seeds, expert and clone as levels) and the final
+    returns (IQM with intervals, P(X > Y)); log both on the job's and the workflow's run."""
+    result = json.loads(Path(summary_json).read_text())
+    label = {g: st["label"] for g, st in result["groups"].items()}
+    colors = {label[g]: c for g, c in COLORS.items() if g in label}
+    confidence = result["confidence"]
+    bands = {
+        label.get(g, g): {k: _floats(v) for k, v in band.items()}
+        for g, band in result["learning_curves"].items()
+    }
+    levels = {label[g]: value for g, value in result["curve_levels"].items()}
+    plots.learning_curves(bands, levels, curves_png, colors=colors, confidence=confidence)
+    estimates = {
+        st["label"]: st | {"runs": [r["return_mean"] for r in result["runs"] if r["group"] == g]}
+        for g, st in result["groups"].items()
+    }
+    improvement = {
+        f"{label[c['x']]} > {label[c['y']]}": c | {"x_label": label[c["x"]]}
+        for c in result["probability_of_improvement"].values()
+    }
+    plots.final_returns(estimates, improvement, returns_png, colors=colors, confidence=confidence)
+    tracking.log_figures([curves_png, returns_png], run)
+
+
+def _floats(values: Any) -> np.ndarray:
+    """A JSON list (null for NaN) as a float array."""
+    return np.array([np.nan if v is None else v for v in values], dtype=np.float64)

@@ -1,0 +1,143 @@
+"""Stage summarize: the held-out comparison across policies and RL seeds, its tables and numbers.
+
+The figures are drawn from its ``summary.json`` by the rules plot_summary and plot_racing, so no
+plotting code is part of this stage's code fingerprint.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from demo2rl import io, provenance, summary, tracking
+from demo2rl.tracking import Run
+
+log = logging.getLogger(__name__)
+
+LEVELS = ("expert", "bc")
+"""Groups drawn as reference levels beside the RL learning curves."""
+
+
+def summarize(
+    *,
+    evaluations: Sequence[str],
+    curves: Sequence[str],
+    summary_json: str,
+    summary_md: str,
+    tables: Mapping[str, str],
+    plot_links: Mapping[str, str],
+    bootstrap_reps: int,
+    confidence: float,
+    seed: int,
+    curve_tracks: int,
+    run: Run,
+) -> dict[str, Any]:
+    """Aggregate the evaluation records; write the summary, its tables and the curve bands.
+
+    ``curves`` are the RL runs' ``evaluations.csv`` files (learning curves, evaluated on the first
+    ``curve_tracks`` held-out tracks); their bootstrap bands and the expert's and clone's levels
+    on the same tracks go into ``summary_json`` for the rule that draws them. ``tables`` maps
+    ``policies``, ``improvement``, ``runs`` and ``episodes`` to CSV paths; ``plot_links`` maps a
+    title to a figure that ``summary_md`` links to. Metrics and files also go to the workflow's
+    parent run, so the MLflow UI compares whole invocations.
+    """
+    records = [json.loads(Path(p).read_text()) for p in evaluations]
+    result = summary.summarize(records, reps=bootstrap_reps, confidence=confidence, seed=seed)
+    for name, rows in summary.tables(result).items():
+        _write_csv(tables[name], rows)
+    _write_csv(tables["episodes"], _episode_rows(records))
+
+    by_group = {
+        g: [r for r in records if summary.policy_group(r["policy"]) == g] for g in result["groups"]
+    }
+    levels = {g: summary.level(rs[0], curve_tracks) for g, rs in by_group.items() if g in LEVELS}
+    bands = _curve_bands(curves, confidence, seed)
+    result["learning_curves"] = {g: {k: v.tolist() for k, v in b.items()} for g, b in bands.items()}
+    result["curve_levels"] = levels
+    result["versions"] = provenance.versions()
+    result["code_revision"] = provenance.code_revision()
+    io.write_json(summary_json, io.strict_json(result))
+    md_dir = Path(summary_md).parent
+    links = {title: os.path.relpath(path, md_dir) for title, path in plot_links.items()}
+    with io.atomic_path(summary_md) as tmp:
+        tmp.write_text(summary.markdown(result, links))
+
+    files = [summary_json, summary_md, *tables.values()]
+    metrics = summary_metrics(result)
+    run.log_metrics(metrics)
+    _log_to_parent(metrics, files, {"demo2rl.best_rl": result["best_rl"] or "none"}, run)
+    log.info("summary:\n%s", summary.markdown(result))
+    return result
+
+
+def summary_metrics(result: Mapping[str, Any]) -> dict[str, float]:
+    """Flat MLflow metrics of a summary: ``<group>.return_iqm`` (and ``_low``/``_high``),
+    ``<group>.return_mean``, ``<group>.<metric>``, ``p_improvement.<x>_vs_<y>`` (and bounds)."""
+    out: dict[str, float] = {}
+    for g, st in result["groups"].items():
+        out[f"{g}.return_mean"] = st["mean"]
+        out[f"{g}.return_iqm"] = st["iqm"]
+        out[f"{g}.return_iqm_low"], out[f"{g}.return_iqm_high"] = st["iqm_ci"]
+        out |= {f"{g}.{m}": v for m, v in st["metrics"].items() if m != "return"}
+    for key, c in result["probability_of_improvement"].items():
+        out[f"p_improvement.{key}"] = c["probability"]
+        out[f"p_improvement.{key}_low"], out[f"p_improvement.{key}_high"] = c["ci"]
+    return {k: float(v) for k, v in out.items() if v is not None and math.isfinite(v)}
+
+
+def _log_to_parent(
+    metrics: Mapping[str, float], files: Sequence[str], tags: Mapping[str, str], run: Run
+) -> None:
+    """Metrics, tags and files on the workflow's parent run (the job's own run without one)."""
+    with tracking.parent_run(run) as parent:
+        target = parent or run
+        target.log_metrics({f"summary.{k}": v for k, v in metrics.items()})
+        target.set_tags(tags)
+        for path in files:
+            target.log_artifact(path, "summary")
+
+
+def _curve_bands(curves: Sequence[str], confidence: float, seed: int) -> dict[str, Any]:
+    """The learning-curve band of each RL arm from its runs' evaluations.csv files."""
+    runs: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+    for path in curves:
+        table = pd.read_csv(path)
+        group = f"rl_{Path(path).parent.parent.name}"  # rl/<init>/seed-<s>/evaluations.csv
+        runs.setdefault(group, []).append(
+            (table["step"].to_numpy(), table["return_mean"].to_numpy())
+        )
+    return {
+        g: summary.curve_band(runs[g], confidence=confidence, seed=seed)
+        for g in summary.GROUPS
+        if g in runs
+    }
+
+
+def _episode_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for rec in records:
+        episodes = rec["episodes"]
+        for i, track in enumerate(episodes["seed"]):
+            group = summary.policy_group(rec["policy"])
+            row = {"policy": rec["policy"], "group": group, "track_seed": track}
+            rows.append(row | {k: v[i] for k, v in episodes.items() if k != "seed"})
+    return rows
+
+
+def _write_csv(path: str, rows: Sequence[Mapping[str, Any]]) -> None:
+    fields: list[str] = []
+    for row in rows:
+        fields += [k for k in row if k not in fields]
+    with io.atomic_path(path) as tmp, open(tmp, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
