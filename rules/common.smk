@@ -1,6 +1,6 @@
 # Shared by the rules: config checks, paths, wildcard constraints, code fingerprints, MLflow hooks.
 #
-# What each rule reruns on is exactly its `params:` (the config it reads, and the fingerprint of
+# What each rule reruns on is exactly its params (the config it reads, and the fingerprint of
 # the code it runs). Settings that change speed only (envs stepped together, checkpoint spacing)
 # are `resources:` instead, which rerun nothing. config/schema.yaml says, per key, which rules
 # read it (`x-read-by`); tests/test_rerun_matrix.py checks that against Snakemake's plan.
@@ -72,8 +72,9 @@ wildcard_constraints:
 
 # MLflow: the store is created and the parent run started here, once, before any job (jobs
 # racing to create a SQLite store corrupt it); the jobs find both through the environment.
-# (mlflow is imported here, not at the top: it takes seconds, and every job parses this file.)
-onstart:
+# (demo2rl.tracking, which imports mlflow, is imported only here: that takes seconds, and every
+# job and dry run parses this file.)
+def start_tracking():
     from demo2rl import tracking
 
     parent = tracking.start_workflow(config["experiment"], config)
@@ -81,13 +82,19 @@ onstart:
         logger.info(f"MLflow: parent run {parent} in {tracking.tracking_uri()}")
 
 
-onsuccess:
+def end_tracking(success):
     from demo2rl import tracking
 
-    tracking.end_workflow(success=True, settings=TRACKING)
+    tracking.end_workflow(success=success, settings=TRACKING)
+
+
+onstart:
+    start_tracking()
+
+
+onsuccess:
+    end_tracking(True)
 
 
 onerror:
-    from demo2rl import tracking
-
-    tracking.end_workflow(success=False, settings=TRACKING)
+    end_tracking(False)

@@ -106,7 +106,6 @@ rule plot_summary:
 
 rule plot_racing:
     input:
-        summary=f"{REPORT}/summary.json",
         evaluations=expand(f"{RESULTS}/eval/{{policy}}.json", policy=EVAL_POLICIES),
     output:
         track_png=report(

@@ -5,7 +5,6 @@ from demo2rl.stages import plot_racing as stage
 
 with job(snakemake, stage="plot", run_name="plot-racing") as run:
     stage.plot_racing(
-        summary_json=snakemake.input.summary,
         evaluations=list(snakemake.input.evaluations),
         track_png=snakemake.output.track_png,
         lap_gif=snakemake.output.lap_gif,

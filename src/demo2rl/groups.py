@@ -6,7 +6,12 @@ arm as ``rl_<init>``.
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
 
 GROUPS = ("expert", "bc", "rl_bc", "rl_scratch")
 """Policy groups, in the order of every table and plot."""
@@ -27,3 +32,19 @@ def policy_group(name: str) -> str:
     if not match:
         raise ValueError(f"unknown policy name {name!r} (expert, bc, rl-<bc|scratch>-seed<N>)")
     return f"rl_{match.group(1)}"
+
+
+def best_rl_run(records: Sequence[Mapping[str, Any]]) -> str | None:
+    """The RL run with the highest mean held-out return among evaluation ``records`` (the first
+    of equal ones, in group order), or None without RL runs."""
+    best, best_return = None, -math.inf
+    for group in GROUPS:
+        for rec in records:
+            if policy_group(rec["policy"]) != group or not group.startswith("rl_"):
+                continue
+            returns = np.array([np.nan if r is None else r for r in rec["episodes"]["return"]])
+            finite = returns[np.isfinite(returns)]
+            mean = float(finite.mean()) if len(finite) else -math.inf
+            if best is None or mean > best_return:
+                best, best_return = rec["policy"], mean
+    return best

@@ -31,7 +31,7 @@ import numpy as np
 import scipy.stats
 from rliable import metrics as rly
 
-from demo2rl.groups import GROUPS, LABELS, RL_NAME, policy_group
+from demo2rl.groups import GROUPS, LABELS, RL_NAME, best_rl_run, policy_group
 
 __all__ = ["GROUPS", "LABELS", "policy_group"]  # re-exported: the names of what is compared
 
@@ -234,8 +234,6 @@ def summarize(
         for g, recs in groups.items()
         for r in recs
     ]
-    rl_runs = [r for r in runs if r["group"].startswith("rl_")]
-    best = max(rl_runs, key=lambda r: r["return_mean"]) if rl_runs else None
     return {
         "tracks": tracks,
         "n_tracks": len(tracks),
@@ -245,7 +243,7 @@ def summarize(
         "groups": {g: stats["groups"][g] for g in groups},
         "probability_of_improvement": stats["improvement"],
         "runs": runs,
-        "best_rl": best["policy"] if best else None,
+        "best_rl": best_rl_run([r for recs in groups.values() for r in recs]),
     }
 
 

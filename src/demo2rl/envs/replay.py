@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from demo2rl import tasks
+from demo2rl.envs.render import render_rgb
 from demo2rl.envs.tracks import Track
 
 
@@ -46,15 +47,19 @@ def replay_racing(
     """Drive a recorded Racing-v0 episode again: same track seed, same actions.
 
     Racing-v0 is deterministic and its results do not depend on the batch it ran in, so this
-    reproduces the evaluated episode exactly. ``frame_every`` > 0 renders frames through the env's
-    ``rgb_array`` render mode, stopping after the first lap when ``frames_until_lap``.
+    reproduces the evaluated episode exactly. ``frame_every`` > 0 renders frames (the env's
+    ``rgb_array`` view), stopping after the first lap when ``frames_until_lap``.
     """
     render = frame_every > 0
-    env = tasks.make_env("Racing-v0", env_kwargs, render_mode="rgb_array" if render else None)
+    env = tasks.make_env("Racing-v0", env_kwargs)
     core = env.unwrapped.core
+
+    def frame() -> np.ndarray:
+        return render_rgb(core.tracks[0], core.x[0], core.y[0], core.yaw[0])
+
     env.reset(seed=int(seed))
     xs, ys, speeds = [float(core.x[0])], [float(core.y[0])], [float(core.speed[0])]
-    frames = [env.render()] if render else []
+    frames = [frame()] if render else []
     frame_steps = [0] if render else []
     rewards: list[float] = []
     frames_done = False
@@ -67,7 +72,7 @@ def replay_racing(
         if render and not frames_done:
             lap_done = frames_until_lap and int(core.laps[0]) >= 1
             if t % frame_every == 0 or lap_done:
-                frames.append(env.render())
+                frames.append(frame())
                 frame_steps.append(t)
             frames_done = lap_done
         if terminated or truncated:

@@ -23,16 +23,14 @@ GIF_FRAME_EVERY = 2
 time)."""
 
 
-def plot_racing(
-    *, summary_json: str, evaluations: Sequence[str], track_png: str, lap_gif: str, run: Run
-) -> None:
+def plot_racing(*, evaluations: Sequence[str], track_png: str, lap_gif: str, run: Run) -> None:
     """Racing-v0 figures: the first held-out track with the lines the expert, the clone and the
     best RL run drove (coloured by speed), and an animation of the best run's first lap."""
-    result = json.loads(Path(summary_json).read_text())
     records = [json.loads(Path(p).read_text()) for p in evaluations]
     by_name = {r["policy"]: r for r in records}
-    shown = [p for p in ("expert", "bc", result["best_rl"]) if p in by_name]
-    animated = result["best_rl"] or shown[-1]  # without RL runs: the clone
+    best_rl = groups.best_rl_run(records)
+    shown = [p for p in ("expert", "bc", best_rl) if p in by_name]
+    animated = best_rl or shown[-1]  # without RL runs: the clone
     drives = {p: _replay(by_name[p], frames=p == animated) for p in shown}
     track = drives[shown[0]].track
     label = {p: _policy_label(p) for p in drives}

@@ -1,0 +1,416 @@
+"""The rerun matrix: which jobs every config key and every library module reruns, checked against
+Snakemake's own plan for each, one change at a time, on a finished run of the test config.
+
+The declaration a reader can see:
+
+* config keys: ``x-read-by`` on every leaf key of config/schema.yaml (rules whose params hold it);
+* library modules: :data:`MODULES` below (rules whose code fingerprint covers the module).
+
+From a declaration the test derives the expected jobs: the declared readers' jobs (a selector
+``rule[wildcard=value]`` names only those jobs), the jobs that did not exist before the change
+(a new seed, a new experiment), and every job downstream of either in the changed workflow.
+Snakemake's plan is ``snakemake --detailed-summary``: per output its rule, inputs and whether an
+update is pending (the same decision a dry run prints; one case checks that they agree). A key or
+a module without a declaration fails the test, so ones added later are covered automatically.
+
+The matrix it finds is also the table in the README (between the ``rerun-matrix`` markers); a
+difference fails the test and leaves the table to paste in results/test-artifacts/.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import copy
+import dataclasses
+import os
+import re
+import shutil
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import REPO, TEST_CONFIG, snakemake
+from snakemake.utils import validate
+
+pytestmark = pytest.mark.integration
+SCHEMA = REPO / "config" / "schema.yaml"
+SRC = REPO / "src" / "demo2rl"
+TESTS = REPO / "tests"
+ARTIFACTS = REPO / "results" / "test-artifacts"
+
+RULES = (
+    "collect_shard",
+    "merge_demos",
+    "train_bc",
+    "plot_bc",
+    "train_rl",
+    "evaluate",
+    "summarize",
+    "plot_summary",
+    "plot_racing",
+)
+TASK = ["collect_shard", "merge_demos", "train_bc", "train_rl", "evaluate", "plot_racing"]
+"""Rules that step the task's env (merge_demos through demo2rl.collect)."""
+TRAINING = ["train_bc", "train_rl", "evaluate"]
+"""Rules that build, train or load the policy network."""
+
+MODULES: dict[str, list[str]] = {
+    "demo2rl": list(RULES),
+    "demo2rl.stages": list(RULES),
+    **{f"demo2rl.stages.{rule}": [rule] for rule in RULES},
+    "demo2rl.io": list(RULES),
+    "demo2rl.collect": ["collect_shard", "merge_demos"],
+    "demo2rl.rollout": TASK[:-1],
+    "demo2rl.seeds": TASK[:-1],
+    "demo2rl.dataset": TASK[:-1],
+    "demo2rl.tasks": TASK,
+    "demo2rl.envs": TASK,
+    "demo2rl.envs.racing": TASK,
+    "demo2rl.envs.tracks": TASK,
+    "demo2rl.envs.render": ["plot_racing"],  # the env draws only when asked to (deferred import)
+    "demo2rl.envs.replay": ["plot_racing"],
+    "demo2rl.envs.sb3": ["train_rl"],
+    "demo2rl.experts": ["collect_shard", "train_bc", "train_rl", "evaluate", "plot_racing"],
+    "demo2rl.experts.racing": ["collect_shard", "train_bc", "train_rl", "evaluate", "plot_racing"],
+    "demo2rl.experts.classic": [],  # not the test config's expert
+    "demo2rl.config": TRAINING,  # (policy and bc raise its ConfigError)
+    "demo2rl.policy": TRAINING,
+    "demo2rl.evaluation": TRAINING,
+    "demo2rl.bc": ["train_bc", "train_rl"],
+    "demo2rl.rl": ["train_rl"],
+    "demo2rl.vec": ["train_rl"],
+    "demo2rl.groups": ["evaluate", "summarize", "plot_racing"],
+    "demo2rl.summary": ["summarize"],
+    "demo2rl.plots": ["plot_bc", "plot_summary", "plot_racing"],
+    # cannot change a result: tracking, provenance records, job glue
+    "demo2rl.tracking": [],
+    "demo2rl.tracking_settings": [],
+    "demo2rl.provenance": [],
+    "demo2rl.jobs": [],
+}
+"""Library module -> the rules whose code fingerprint covers it (with the test config's task)."""
+
+SPECIAL_VALUES: dict[str, Any] = {
+    "experiment": "test-racing-renamed",
+    "task.env_id": "demo2rl.envs:Racing-v0",  # the same env, registered by importing the module
+    "task.env_kwargs": {"max_steps": 151},
+    "task.expert.entry_point": "user_expert:careful_pursuit",  # a user's module (tests/)
+    "task.expert.kwargs": {"margin": 0.6},
+    "policy.net_arch": [32, 32],
+    "rl.seeds": [0, 1],
+}
+"""Changed values where the schema's type alone does not give a valid one."""
+
+
+# --------------------------------------------------------------------------------------------
+# the declarations
+
+
+def schema_leaves(node: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, dict]]:
+    """(dotted key, schema) of every leaf key of the config schema."""
+    for name, sub in node.get("properties", {}).items():
+        if "properties" in sub:
+            yield from schema_leaves(sub, f"{prefix}{name}.")
+        else:
+            yield f"{prefix}{name}", sub
+
+
+def library_modules() -> list[str]:
+    """Every module under src/demo2rl, dotted."""
+    names = []
+    for path in sorted(SRC.rglob("*.py")):
+        parts = path.relative_to(SRC.parent).with_suffix("").parts
+        names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return names
+
+
+SCHEMA_DOC = yaml.safe_load(SCHEMA.read_text())
+KEYS = dict(schema_leaves(SCHEMA_DOC))
+
+
+def test_every_key_and_module_is_declared():
+    undeclared = [k for k, spec in KEYS.items() if "x-read-by" not in spec]
+    assert not undeclared, f"config keys without x-read-by in {SCHEMA}: {undeclared}"
+    modules = library_modules()
+    assert sorted(set(modules) - set(MODULES)) == [], "modules missing from MODULES"
+    assert sorted(set(MODULES) - set(modules)) == [], "MODULES names modules that do not exist"
+    for key, spec in KEYS.items():
+        for selector in spec["x-read-by"]:
+            assert parse_selector(selector)[0] in RULES, f"{key}: unknown rule in {selector!r}"
+
+
+# --------------------------------------------------------------------------------------------
+# Snakemake's plan
+
+
+def parse_selector(selector: str) -> tuple[str, dict[str, str]]:
+    """``rule[k=v,...]`` -> (rule, {k: v})."""
+    match = re.fullmatch(r"(\w+)(?:\[(.*)\])?", selector)
+    assert match, f"bad selector {selector!r}"
+    pairs = [p.split("=", 1) for p in (match[2] or "").split(",") if p]
+    return match[1], {k.strip(): v.strip() for k, v in pairs}
+
+
+def plan(workdir: Path, config: Path, env: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """output -> {rule, inputs, pending} from ``snakemake --detailed-summary``."""
+    proc = snakemake(
+        workdir, "--configfile", str(config), "--detailed-summary", "--nolock", env=dict(env)
+    )
+    rows = {}
+    for line in proc.stdout.splitlines():
+        cols = line.split("\t")
+        if len(cols) < 8 or cols[0] == "output_file":
+            continue
+        rows[cols[0]] = {
+            "rule": cols[2],
+            "inputs": [p for p in cols[4].split(",") if p],
+            "pending": cols[-1].strip() == "update pending",
+        }
+    assert rows, f"no plan parsed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+    return rows
+
+
+def jobs(workdir: Path, config: Path, env: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """output -> {rule, wildcards, inputs} of every job, from a forced dry run (which prints
+    every job of the workflow as the config defines it)."""
+    proc = snakemake(
+        workdir, "--configfile", str(config), "-n", "--forceall", "--nolock", env=dict(env)
+    )
+    out: dict[str, dict[str, Any]] = {}
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", proc.stdout + proc.stderr):
+        rule = re.match(r"(?:local)?rule (\w+):", block)
+        outputs = re.search(r"^\s+output: (.*)$", block, re.MULTILINE)
+        if not (rule and outputs):
+            continue
+        found = re.search(r"^\s+wildcards: (.*)$", block, re.MULTILINE)
+        inputs = re.search(r"^\s+input: (.*)$", block, re.MULTILINE)
+        job = {
+            "rule": rule[1],
+            "wildcards": dict(p.split("=", 1) for p in found[1].split(", ")) if found else {},
+            "inputs": [p.strip() for p in inputs[1].split(", ")] if inputs else [],
+        }
+        for path in outputs[1].split(", "):
+            out[path.strip()] = job
+    assert out, f"no jobs parsed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+    return out
+
+
+def expected(dag: Mapping[str, dict], readers: list[str], base: set[str]) -> set[str]:
+    """Outputs the declaration says must be remade: the readers' jobs, new jobs, and all that
+    lies downstream of them in ``dag`` (the changed workflow's jobs)."""
+    selectors = [parse_selector(s) for s in readers]
+    todo = [
+        out
+        for out, job in dag.items()
+        if out not in base
+        or any(
+            job["rule"] == rule and all(job["wildcards"].get(k) == v for k, v in want.items())
+            for rule, want in selectors
+        )
+    ]
+    consumers: dict[str, list[str]] = {}
+    for out, job in dag.items():
+        for inp in job["inputs"]:
+            consumers.setdefault(inp, []).append(out)
+    done: set[str] = set()
+    while todo:
+        out = todo.pop()
+        if out not in done:
+            done.add(out)
+            todo += consumers.get(out, [])
+    return done
+
+
+def rules_of(dag: Mapping[str, dict], outputs: set[str], base: set[str]) -> str:
+    """A short text of the jobs behind ``outputs``: rule (and which of its jobs, if not all)."""
+    if not outputs:
+        return "nothing"
+    per_rule: dict[str, set[str]] = {}
+    totals: dict[str, set[str]] = {}
+    for out, job in dag.items():
+        name = " ".join(f"{k}={v}" for k, v in job["wildcards"].items()) or job["rule"]
+        name = name if out in base else "added"
+        totals.setdefault(job["rule"], set()).add(name)
+        if out in outputs:
+            per_rule.setdefault(job["rule"], set()).add(name)
+    parts = []
+    for rule in RULES:
+        if rule not in per_rule:
+            continue
+        jobs = per_rule[rule]
+        parts.append(rule if jobs == totals[rule] else f"{rule} ({', '.join(sorted(jobs))})")
+    return ", ".join(parts)
+
+
+# --------------------------------------------------------------------------------------------
+# the cases
+
+
+def effective_config() -> dict[str, Any]:
+    """The test config with the schema's defaults filled in, as the workflow sees it."""
+    config = yaml.safe_load(TEST_CONFIG.read_text())
+    validate(config, str(SCHEMA))
+    return config
+
+
+def changed_value(key: str, value: Any, spec: Mapping[str, Any]) -> Any:
+    """A valid value of ``key`` different from ``value``."""
+    if key in SPECIAL_VALUES:
+        return SPECIAL_VALUES[key]
+    if "enum" in spec:
+        options = spec["enum"]
+        return options[(options.index(value) + 1) % len(options)]
+    if isinstance(value, bool):
+        return not value
+    if value is None:
+        return 0.05
+    if isinstance(value, int):
+        return value - 1 if "maximum" in spec and value + 1 > spec["maximum"] else value + 1
+    if isinstance(value, float):
+        return value * 0.9 if value else 0.1
+    if isinstance(value, str) and "pattern" in spec:
+        for candidate in ("cpu", "auto"):
+            if candidate != value and re.fullmatch(spec["pattern"], candidate):
+                return candidate
+    raise AssertionError(f"no changed value for {key}={value!r}: add one to SPECIAL_VALUES")
+
+
+def with_value(config: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
+    out = copy.deepcopy(config)
+    *parents, last = key.split(".")
+    node = out
+    for part in parents:
+        node = node[part]
+    assert node[last] != value
+    node[last] = value
+    return out
+
+
+@pytest.fixture(scope="module")
+def matrix(test_workflow: Path, tmp_path_factory) -> dict[str, dict[str, str]]:
+    """Run every case; returns {"keys": {key: (expected, planned)}, "modules": {...}}."""
+    root = tmp_path_factory.mktemp("matrix")
+    env = {"PYTHONPATH": str(TESTS)}
+    base_config = root / "base.yaml"
+    base_config.write_text(yaml.safe_dump(effective_config()))
+    base_dag = jobs(test_workflow, base_config, env)
+    base_rows = plan(test_workflow, base_config, env)
+    assert not any(r["pending"] for r in base_rows.values()), "the finished run is not up to date"
+    base = set(base_rows)
+    assert base == set(base_dag)
+
+    cases = []  # (kind, name, config path, env, readers)
+    config = effective_config()
+    for key, spec in KEYS.items():
+        value = config
+        for part in key.split("."):
+            value = value[part]
+        path = root / f"key-{key}.yaml"
+        path.write_text(yaml.safe_dump(with_value(config, key, changed_value(key, value, spec))))
+        cases.append(("keys", key, path, env, spec["x-read-by"]))
+    for module in library_modules():
+        src = root / f"src-{module}"
+        shutil.copytree(SRC.parent, src, ignore=shutil.ignore_patterns("__pycache__", "*.egg*"))
+        pkg = SRC.joinpath(*module.split(".")[1:])
+        target = (pkg / "__init__.py") if pkg.is_dir() else pkg.with_suffix(".py")
+        target = src / target.relative_to(SRC.parent)
+        with open(target, "a") as fh:  # a statement: changes the syntax tree, so the fingerprint
+            fh.write("\n_rerun_matrix_probe = 1\n")
+        case_env = {"PYTHONPATH": f"{src}{os.pathsep}{TESTS}"}
+        cases.append(("modules", module, base_config, case_env, MODULES.get(module, [])))
+
+    def run(case):
+        kind, name, path, case_env, readers = case
+        rows = plan(test_workflow, path, case_env)
+        # the same jobs as before: the finished run's DAG; else the changed workflow's own
+        dag = base_dag if set(rows) == base else jobs(test_workflow, path, case_env)
+        want = expected(dag, readers, base)
+        got = {out for out, row in rows.items() if row["pending"]}
+        described = rules_of(dag, want, base), rules_of(dag, got, base)
+        return kind, name, Case(*described, sorted(want - got), sorted(got - want))
+
+    found: dict[str, dict[str, Case]] = {"keys": {}, "modules": {}}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+        for kind, name, case in pool.map(run, cases):
+            found[kind][name] = case
+    return found
+
+
+@dataclasses.dataclass
+class Case:
+    """What a change should rerun (declared) and what Snakemake plans (planned)."""
+
+    declared: str
+    planned: str
+    missing: list[str]
+    """Outputs the declaration expects to be remade that Snakemake would not remake."""
+    extra: list[str]
+    """Outputs Snakemake would remake that the declaration does not expect."""
+
+    def __str__(self) -> str:
+        lines = [f"  declared: {self.declared}", f"  planned:  {self.planned}"]
+        lines += [f"  not planned: {p}" for p in self.missing[:5]]
+        lines += [f"  not declared: {p}" for p in self.extra[:5]]
+        return "\n".join(lines)
+
+
+def test_every_config_key_reruns_what_it_declares(matrix):
+    wrong = {k: c for k, c in matrix["keys"].items() if c.missing or c.extra}
+    assert not wrong, "\n".join(f"{k}:\n{c}" for k, c in wrong.items())
+
+
+def test_every_module_reruns_what_it_declares(matrix):
+    wrong = {k: c for k, c in matrix["modules"].items() if c.missing or c.extra}
+    assert not wrong, "\n".join(f"{k}:\n{c}" for k, c in wrong.items())
+
+
+def test_speed_only_settings_and_tracking_rerun_nothing(matrix):
+    for key in (
+        "collect.n_envs",
+        "evaluate.n_envs",
+        "rl.checkpoint_every",
+        "tracking.fail_on_error",
+    ):
+        assert matrix["keys"][key].planned == "nothing", key
+
+
+def test_readme_shows_the_matrix(matrix):
+    table = markdown_table(matrix)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "rerun-matrix.md").write_text(table)
+    readme = (REPO / "README.md").read_text()
+    shown = readme.split("<!-- rerun-matrix:start -->\n", 1)[-1].split("<!-- rerun-matrix:end -->")[
+        0
+    ]
+    assert shown == table, (
+        "README.md's rerun matrix is out of date: paste results/test-artifacts/rerun-matrix.md "
+        "between its rerun-matrix markers"
+    )
+
+
+def markdown_table(matrix: Mapping[str, Mapping[str, Case]]) -> str:
+    lines = ["| config key | reruns |", "|---|---|"]
+    lines += [f"| `{k}` | {c.planned} |" for k, c in matrix["keys"].items()]
+    lines += ["", "| library module | reruns |", "|---|---|"]
+    lines += [f"| `{m}` | {c.planned} |" for m, c in matrix["modules"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def test_the_plan_is_what_a_dry_run_would_run(test_workflow: Path, tmp_path: Path):
+    """The plan this test reads (``--detailed-summary``) and a dry run agree on the jobs."""
+    key = "rl.warm_start.critic_warmup_steps"
+    config = effective_config()
+    path = tmp_path / "changed.yaml"
+    path.write_text(yaml.safe_dump(with_value(config, key, 0)))
+    env = {"PYTHONPATH": str(TESTS)}
+    pending = {out for out, row in plan(test_workflow, path, env).items() if row["pending"]}
+    proc = snakemake(test_workflow, "--configfile", str(path), "-n", "--nolock", env=env)
+    planned = set()
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", proc.stdout + proc.stderr):
+        outputs = re.search(r"^\s+output: (.*)$", block, re.MULTILINE)
+        if outputs and re.match(r"rule (?!all:)", block):
+            planned |= {p.strip() for p in outputs[1].split(", ")}
+    assert pending == planned
+    assert any("rl/bc/seed-0" in p for p in planned) and not any("scratch" in p for p in planned)
