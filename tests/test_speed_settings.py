@@ -31,6 +31,8 @@ def rerun_with_other_speed_settings(test_workflow: Path, tmp_path_factory) -> Pa
     """A copy of the finished test run, every job forced to run again with other settings."""
     work = tmp_path_factory.mktemp("speed") / "work"
     shutil.copytree(test_workflow, work, ignore=shutil.ignore_patterns("mlflow.db", "mlartifacts"))
+    for state in (work / "results" / EXP / "rl").glob("*/seed-*/state"):
+        shutil.rmtree(state)  # else the forced RL runs find their finished state and resume it
     assert CONFIG["collect"]["n_envs"] != 3 and CONFIG["evaluate"]["n_envs"] != 3
     snakemake(
         work,

@@ -245,14 +245,19 @@ def claim_state_dir(state_dir: Path, key: Mapping[str, Any]) -> bool:
     """Make ``state_dir`` this run's: True if it holds state of this very run (resume).
 
     State of any other run (another key, or none recorded) is deleted, with a warning that names
-    the parts of the key that differ; the directory then records ``key`` and is empty otherwise.
+    the parts of the key that differ; so is a start of this run that never reached a checkpoint.
+    The directory then records ``key`` and is empty otherwise. (A finished run's state stays: a
+    forced rerun of the same run resumes it at its end and gives the same result.)
     """
     key_file = state_dir / KEY
     recorded = json.loads(key_file.read_text()) if key_file.is_file() else None
-    if recorded is not None and recorded.get("key") == key["key"]:
-        return (state_dir / STATE).is_file() and (state_dir / CHECKPOINT).is_file()
+    same_run = recorded is not None and recorded.get("key") == key["key"]
+    if same_run and (state_dir / STATE).is_file() and (state_dir / CHECKPOINT).is_file():
+        return True
     if state_dir.exists() and any(state_dir.iterdir()):
-        if recorded is None:
+        if same_run:
+            why = "it holds no checkpoint yet"
+        elif recorded is None:
             why = "it records no run key"
         else:
             old, new = recorded.get("parts", {}), key["parts"]
@@ -485,14 +490,18 @@ def train_rl(
 
 
 def progress_table(state_dir: str | Path) -> pd.DataFrame:
-    """The SB3 progress rows of every segment of the run (resumes included), in step order."""
+    """The SB3 progress rows of every segment of the run (resumes included), in step order, with
+    the columns in a fixed order (env steps first, then by name)."""
     parts = [
         pd.read_csv(p) for p in sorted(Path(state_dir).glob("progress-*.csv")) if p.stat().st_size
     ]
     if not parts:
         return pd.DataFrame()
     table = pd.concat(parts, ignore_index=True)
-    return table.sort_values("time/total_timesteps", kind="stable").reset_index(drop=True)
+    table = table.sort_values("time/total_timesteps", kind="stable").reset_index(drop=True)
+    # SB3 orders new columns by set difference, which differs from process to process
+    first = "time/total_timesteps"
+    return table[[first, *sorted(c for c in table.columns if c != first)]]
 
 
 def _demo_tensors(

@@ -103,7 +103,8 @@ def train_rl(
     with io.atomic_path(progress_out) as tmp:
         rl.progress_table(state_dir).to_csv(tmp, index=False)
     with io.atomic_path(evaluations_out) as tmp:
-        pd.DataFrame(result.evaluations).to_csv(tmp, index=False)
+        table = pd.DataFrame(result.evaluations)  # rows read back from state.json: keys sorted
+        table[["step", *sorted(c for c in table.columns if c != "step")]].to_csv(tmp, index=False)
     final = result.evaluations[-1]
     run.log_metrics({f"final.{k}": v for k, v in final.items() if math.isfinite(v)})
     run.log_artifact(policy_out)
