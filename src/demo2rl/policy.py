@@ -73,6 +73,8 @@ CHECKPOINT_KEYS = (
     "meta",
 )
 ARCHITECTURE_KEYS = ("net_arch", "activation")
+ACT_BLOCK = 64
+"""Rows per policy forward pass when acting (see :func:`make_actor`)."""
 """Config keys that define the network's function (init-only keys do not matter once loaded)."""
 
 
@@ -296,7 +298,10 @@ def make_actor(
     """A batched callable, raw observations ``(B, ...)`` in, env actions ``(B, ...)`` out.
 
     Normalises, runs the policy (mean action when ``deterministic``), clips to the policy's
-    action bounds and maps rescaled actions back to the env's range; a ``rollout`` policy.
+    action bounds and maps rescaled actions back to the env's range; a ``rollout`` policy. The
+    policy always sees blocks of :data:`ACT_BLOCK` rows (padded), so an action does not depend on
+    how many envs were stepped together: torch's CPU matmul rounds differently for different
+    batch sizes, and the number of envs is a speed setting.
     """
     box = isinstance(action_space, gym.spaces.Box)
     backward = _rescale_fns(action_space)[1] if needs_rescale(action_space) else None
@@ -304,10 +309,17 @@ def make_actor(
     low, high = (bounds.low, bounds.high) if box else (None, None)
 
     def act(obs: np.ndarray) -> np.ndarray:
-        x = torch.as_tensor(normalizer(np.asarray(obs)), device=policy.device)
-        with torch.no_grad():
-            actions = policy.get_distribution(x).get_actions(deterministic=deterministic)
-        out = actions.cpu().numpy()
+        x = normalizer(np.asarray(obs))
+        block = np.zeros((ACT_BLOCK, *x.shape[1:]), dtype=x.dtype)
+        chunks = []
+        for start in range(0, len(x), ACT_BLOCK):
+            rows = x[start : start + ACT_BLOCK]
+            block[: len(rows)] = rows
+            block[len(rows) :] = 0
+            with torch.no_grad():
+                dist = policy.get_distribution(torch.as_tensor(block, device=policy.device))
+                chunks.append(dist.get_actions(deterministic=deterministic)[: len(rows)].cpu())
+        out = torch.cat(chunks).numpy()
         if not box:
             return out.astype(np.int64)
         out = np.clip(out, low, high)

@@ -11,6 +11,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import torch
+
 from demo2rl import bc, dataset, evaluation, io, policy, provenance, tasks
 from demo2rl.tracking import Run
 
@@ -60,6 +62,9 @@ def train_bc(
         action_space=act_space,
         meta=meta,
     )
+    # one torch thread when acting, as in the evaluate stage: the held-out numbers must not
+    # depend on `threads` (a speed setting), and torch's results can with more than one
+    torch.set_num_threads(1)
     actor = policy.make_actor(result.policy.cpu(), result.normalizer, act_space)
     expert = tasks.load_expert(task["expert"]["entry_point"], task["expert"]["kwargs"])
     heldout = evaluation.heldout_seeds(seed, eval_episodes)
