@@ -1,8 +1,8 @@
 """Tracking overhead: the share of a BC job's and an RL job's wall time spent in MLflow tracking.
 
-Both jobs run the workflow's own stage functions (``demo2rl.stages.bc.train_bc``,
-``demo2rl.stages.rl.train_rl``, the RL run warm-started from that clone) inside
-``tracking.child_run``, as a Snakemake job does, against two stores:
+Both jobs run the workflow's own stage functions (``demo2rl.stages.train_bc.train_bc``,
+``demo2rl.stages.train_rl.train_rl``, the RL run warm-started from that clone) inside
+``tracking.child_run``, with the arguments their rules pass, against two stores:
 
 local   the default SQLite store (a fresh one, created once before the jobs, as ``onstart`` does);
 server  a real ``mlflow server`` on a loopback port of this machine (its own SQLite store).
@@ -43,8 +43,8 @@ import yaml
 from _common import BENCH_DIR, machine, report
 
 from demo2rl import collect, dataset, provenance, tracking
-from demo2rl.stages import bc as bc_stage
-from demo2rl.stages import rl as rl_stage
+from demo2rl.stages import train_bc as bc_stage
+from demo2rl.stages import train_rl as rl_stage
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -112,19 +112,26 @@ def run_jobs(config: dict[str, Any], demos: Path, root: Path) -> dict[str, dict[
     tracking.start_workflow(config["experiment"], config, results_dir=out)
     common = {"task": config["task"], "policy": config["policy"], "seed": config["seed"]}
     policy = out / "bc" / "policy.pt"
+    # what the rules pass: the held-out episodes of the quick evaluations (a param), the envs
+    # stepped together in them and the checkpoint spacing (speed-only resources); train_rl gets
+    # the task without its expert and the rl slice without the seed list and checkpoint_every
+    eval_episodes = config["evaluate"]["during_training"]
+    eval_envs = config["evaluate"]["n_envs"]
+    env = {k: config["task"][k] for k in ("env_id", "env_kwargs")}
+    rl_cfg = {k: v for k, v in config["rl"].items() if k not in ("seeds", "checkpoint_every")}
 
     def train_bc(run: tracking.Run) -> None:
         bc_stage.train_bc(
             demos_path=str(demos),
             policy_out=str(policy),
             metrics_out=str(out / "bc" / "metrics.json"),
-            plot_out=str(out / "bc" / "loss.png"),
             task=config["task"],
             policy_cfg=config["policy"],
             bc_cfg=config["bc"],
-            eval_cfg=config["evaluate"],
+            eval_episodes=eval_episodes,
             seed=config["seed"],
             threads=1,
+            eval_envs=eval_envs,
             run=run,
         )
 
@@ -139,20 +146,27 @@ def run_jobs(config: dict[str, Any], demos: Path, root: Path) -> dict[str, dict[
             progress_out=str(rl_dir / "progress.csv"),
             evaluations_out=str(rl_dir / "evaluations.csv"),
             state_dir=str(rl_dir / "state"),
-            task=config["task"],
+            task=env,
             policy_cfg=config["policy"],
-            rl_cfg=config["rl"],
-            eval_cfg=config["evaluate"],
+            rl_cfg=rl_cfg,
+            eval_episodes=eval_episodes,
             seed=config["seed"],
             clip_obs=config["bc"]["clip_obs"],
             threads=1,
+            eval_envs=eval_envs,
+            checkpoint_every=config["rl"]["checkpoint_every"],
             run=run,
         )
 
     jobs = {
         "bc": timed_job("bc", "bc", train_bc, common | {"bc": config["bc"]}, [demos], [policy]),
         "rl": timed_job(
-            "rl-bc-seed0", "rl", train_rl, common | {"rl": config["rl"]}, [demos, policy], []
+            "rl-bc-seed0",
+            "rl",
+            train_rl,
+            common | {"task": env, "rl": rl_cfg},
+            [demos, policy],
+            [],
         ),
     }
     tracking.end_workflow(success=True)

@@ -28,9 +28,19 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 CONFIG = yaml.safe_load(TEST_CONFIG.read_text())
 EXP = CONFIG["experiment"]
 RESULTS = f"results/{EXP}"
-# through BC and one RL run: every kind of job and every lineage link, in a couple of minutes
+# through BC, its loss plot and one RL run: every kind of training job and every lineage link,
+# in a couple of minutes
 TARGET = f"{RESULTS}/rl/bc/seed-0/policy.pt"
-JOBS = {"collect-shard0", "collect-shard1", "collect-shard2", "merge-demos", "bc", "rl-bc-seed0"}
+LOSS_PLOT = f"{RESULTS}/bc/loss.png"
+JOBS = {
+    "collect-shard0",
+    "collect-shard1",
+    "collect-shard2",
+    "merge-demos",
+    "bc",
+    "plot-bc",
+    "rl-bc-seed0",
+}
 
 
 def free_port() -> int:
@@ -151,11 +161,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
 
 @pytest.fixture(scope="module")
 def served(server: MlflowServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The test config through BC and one RL run, every job logging to the server."""
+    """The test config through BC (and its loss plot) and one RL run, every job logging to the
+    server."""
     workdir = tmp_path_factory.mktemp("served")
     snakemake(
         workdir,
         TARGET,
+        LOSS_PLOT,
         "--cores=2",
         "--configfile",
         str(TEST_CONFIG),
@@ -209,7 +221,12 @@ def test_every_job_logs_to_the_server(server: MlflowServer, served: Path):
     assert not (served / "results" / "mlflow.db").exists()
     assert not (served / "mlruns").exists() and not (served / "results" / "mlartifacts").exists()
     listed = server.get("artifacts/list", run_id=bc["info"]["run_id"])
-    assert {"policy.pt", "loss.png"} <= {f["path"] for f in listed["files"]}
+    assert "policy.pt" in {f["path"] for f in listed["files"]}
+    # the loss plot is drawn from BC's metrics.json by a job of its own (rule plot_bc)
+    plot = children["plot-bc"]
+    assert plot["data"]["tags"]["demo2rl.rule"] == "plot_bc"
+    listed = server.get("artifacts/list", run_id=plot["info"]["run_id"])
+    assert "loss.png" in {f["path"] for f in listed["files"]}
 
 
 def test_one_rl_rollout_is_one_row_of_metrics(server: MlflowServer, served: Path):
@@ -230,6 +247,7 @@ def test_runs_record_their_dataset_and_the_runs_they_consumed(server: MlflowServ
     assert tags["bc"]["demo2rl.upstream.merge"] == ids["merge-demos"]
     assert tags["rl-bc-seed0"]["demo2rl.upstream.merge"] == ids["merge-demos"]
     assert tags["rl-bc-seed0"]["demo2rl.upstream.bc"] == ids["bc"]
+    assert tags["plot-bc"]["demo2rl.upstream.bc"] == ids["bc"]
     demos = served / RESULTS / "demos" / "demos.h5"
     digest = dataset.read(demos).attrs["content_hash"]
     for name in ("merge-demos", "bc", "rl-bc-seed0"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -110,6 +111,28 @@ def test_loss_curves(tmp_path: Path):
     out = tmp_path / "loss.png"
     plots.loss_curves(history, out)
     assert_png(out)
+
+
+def test_plot_bc_stage_draws_the_losses_recorded_in_metrics_json(tmp_path: Path):
+    """The loss plot is its own stage (rule plot_bc), drawn from BC's metrics.json."""
+    from demo2rl.stages import plot_bc
+
+    class Run:  # the one tracking call the stage makes
+        def __init__(self) -> None:
+            self.artifacts: list[str] = []
+
+        def log_artifact(self, path, *args) -> None:
+            self.artifacts.append(str(path))
+
+    history = [{"epoch": e, "train_nll": 2 / e, "valid_nll": 2.2 / e + 0.01 * e} for e in (1, 2, 3)]
+    metrics = tmp_path / "bc" / "metrics.json"
+    metrics.parent.mkdir()
+    metrics.write_text(json.dumps({"history": history, "best_epoch": 2}))
+    out = tmp_path / "bc" / "loss.png"
+    run = Run()
+    plot_bc.plot_bc(metrics=str(metrics), out=str(out), run=run)
+    assert_png(out)
+    assert run.artifacts == [str(out)]
 
 
 @pytest.mark.integration

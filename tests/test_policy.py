@@ -140,6 +140,25 @@ def test_checkpoint_round_trip_is_plain_data(tmp_path):
     assert ckpt["format_version"] == P.CHECKPOINT_VERSION
 
 
+def test_load_checkpoint_without_a_config_builds_the_recorded_network(tmp_path):
+    """A stage that only acts with a checkpoint (evaluate) takes the network from it."""
+    policy, norm = make_policy(seed=4), make_normalizer()
+    path = tmp_path / "rl.pt"
+    P.save_checkpoint(
+        path, policy, norm, policy_cfg=CFG, observation_space=OBS, action_space=ACT, meta={}
+    )
+    loaded, _, ckpt = P.load_checkpoint(path, OBS, ACT)
+    assert ckpt["policy_cfg"]["net_arch"] == {"pi": [32, 32], "vf": [16]}
+    assert isinstance(loaded.mlp_extractor.policy_net[1], nn.ReLU)  # the recorded activation
+    assert loaded.state_dict().keys() == policy.state_dict().keys()
+    for key, value in policy.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], value), key
+    # the task's spaces are still checked
+    other_obs = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+    with pytest.raises(P.CheckpointError, match=r"rl.pt: observation_space shape \(3,\) vs"):
+        P.load_checkpoint(path, other_obs, ACT)
+
+
 def test_load_checkpoint_refuses_mismatches(tmp_path):
     path = tmp_path / "bc.pt"
     P.save_checkpoint(

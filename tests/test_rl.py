@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing as mp
 import os
+import pickle
 import signal
 import time
 from pathlib import Path
@@ -23,12 +25,14 @@ RL_CFG = {
     "n_envs": 8,
     "vec_env": "native",
     "device": "cpu",
-    "checkpoint_every": 512,
     "eval_every": 1024,
-    "eval_episodes": 8,
     "ppo": {"n_steps": 64, "batch_size": 256, "n_epochs": 2, "learning_rate": 3e-4},
     "warm_start": {"critic_warmup_steps": 512, "log_std": None, "bc_coef": 0.0, "bc_decay": 0.5},
 }
+EVAL_EPISODES = 8
+"""Held-out episodes of each evaluation during training (``evaluate.during_training``)."""
+RUN_ARGS = {"threads": 1, "eval_envs": 16, "checkpoint_every": 512}
+"""Speed and robustness settings: arguments of train_rl, not part of a run's key."""
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +64,19 @@ def demos_and_clone(tmp_path_factory) -> tuple[Path, Path]:
     return tmp / "demos.h5", tmp / "bc.pt"
 
 
-def train(demos_and_clone, state_dir: Path, init: str = "bc", **overrides) -> rl.RLResult:
+def key_of(init: str, rl_cfg: dict, run_seed: int = 1) -> dict:
+    """The run key of a run in these tests: everything its result depends on (as the stage's)."""
+    config = {"policy": POLICY_CFG, "rl": rl_cfg, "eval_episodes": EVAL_EPISODES, "init": init}
+    return rl.run_key({"config": config | {"run_seed": run_seed}, "inputs.demos": "demos-v1"})
+
+
+def train(
+    demos_and_clone, state_dir: Path, init: str = "bc", key: dict | None = None, **overrides
+) -> rl.RLResult:
+    """A run of RL_CFG with ``overrides``: rl config keys, or the speed settings in RUN_ARGS."""
     demos, clone = demos_and_clone
+    run_args = RUN_ARGS | {k: overrides.pop(k) for k in RUN_ARGS if k in overrides}
+    rl_cfg = RL_CFG | overrides
     return rl.train_rl(
         env_id=ENV_ID,
         env_kwargs=ENV_KWARGS,
@@ -69,12 +84,28 @@ def train(demos_and_clone, state_dir: Path, init: str = "bc", **overrides) -> rl
         demos_path=demos,
         bc_checkpoint=clone if init == "bc" else None,
         policy_cfg=POLICY_CFG,
-        rl_cfg=RL_CFG | overrides,
+        rl_cfg=rl_cfg,
         base_seed=0,
         run_seed=1,
         state_dir=state_dir,
-        threads=overrides.pop("threads", 1) if "threads" in overrides else 1,
+        key=key_of(init, rl_cfg) if key is None else key,
+        eval_episodes=EVAL_EPISODES,
+        **run_args,
     )
+
+
+def same_rows(a: list[dict], b: list[dict]) -> bool:
+    """The same evaluation rows, NaN-aware (the key order of rows read back from state.json is
+    not that of rows just made)."""
+    return pd.DataFrame(a).sort_index(axis=1).equals(pd.DataFrame(b).sort_index(axis=1))
+
+
+def same_weights(a: torch.nn.Module, b: torch.nn.Module) -> None:
+    """Assert two policies hold the same tensors, bit for bit."""
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    for name, value in sa.items():
+        assert torch.equal(value, sb[name]), name
 
 
 def test_warm_start_reproduces_the_clone_exactly(demos_and_clone):
@@ -149,6 +180,15 @@ def test_sigterm_checkpoints_and_a_rerun_resumes_to_the_budget(demos_and_clone, 
     assert child.exitcode == rl.PREEMPTED_EXIT_CODE
     stopped_at = json.loads(state.read_text())["timesteps"]
     assert 0 < stopped_at < total
+    # the state: tensors and counters, JSON, and the key of the run it belongs to; no pickle
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("progress-")) == [
+        rl.CHECKPOINT,
+        rl.KEY,
+        rl.STATE,
+    ]
+    assert json.loads((tmp_path / rl.KEY).read_text()) == key_of(
+        "bc", RL_CFG | {"total_timesteps": total}
+    )
     result = train(demos_and_clone, tmp_path, total_timesteps=total, checkpoint_every=1024)
     assert result.resumed == 1
     assert result.timesteps >= total
@@ -171,7 +211,9 @@ def test_bc_arm_refuses_a_checkpoint_of_another_architecture(demos_and_clone, tm
             rl_cfg=RL_CFG,
             base_seed=0,
             run_seed=0,
-            state_dir=tmp_path,
+            state_dir=tmp_path / "state",
+            key=key_of("bc", RL_CFG, run_seed=0),
+            eval_episodes=EVAL_EPISODES,
         )
     with pytest.raises(policy.CheckpointError, match="missing.pt: no such checkpoint file"):
         rl.train_rl(
@@ -184,8 +226,170 @@ def test_bc_arm_refuses_a_checkpoint_of_another_architecture(demos_and_clone, tm
             rl_cfg=RL_CFG,
             base_seed=0,
             run_seed=0,
-            state_dir=tmp_path,
+            state_dir=tmp_path / "state",
+            key=key_of("bc", RL_CFG, run_seed=0),
+            eval_episodes=EVAL_EPISODES,
         )
+
+
+# --------------------------------------------------------------------------------------------
+# the state directory belongs to one run: its key decides what resumes
+
+
+class _Payload:
+    """Unpickling this creates ``marker``: what a crafted checkpoint could do instead."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (str(self.marker), "w"))
+
+
+def _plant_state(state_dir: Path, key: dict, checkpoint: bytes, timesteps: int = 512) -> None:
+    """A state dir that claims to be run ``key``'s, at ``timesteps``, with ``checkpoint``."""
+    state_dir.mkdir(parents=True)
+    (state_dir / rl.KEY).write_text(json.dumps(key))
+    state = {"timesteps": timesteps, "evaluations": [], "resumed": 0}
+    (state_dir / rl.STATE).write_text(json.dumps(state))
+    (state_dir / rl.CHECKPOINT).write_bytes(checkpoint)
+
+
+def _torch_save_bytes(obj, tmp: Path) -> bytes:
+    torch.save(obj, tmp)
+    return tmp.read_bytes()
+
+
+CRAFTED_FORMATS = {
+    "torch.save": _torch_save_bytes,  # torch's zip format, the pickle inside
+    # torch's legacy format (protocol 2, what torch itself wrote)
+    "plain pickle": lambda obj, tmp: pickle.dumps(obj, protocol=2),
+}
+
+
+def test_run_key_names_the_parts_that_differ():
+    parts = {"config": {"rl": {"n_envs": 8}}, "inputs.demos": "abc", "code": "f00"}
+    key = rl.run_key(parts)
+    assert key == rl.run_key(dict(reversed(parts.items())))  # order does not count
+    assert set(key["parts"]) == set(parts)
+    other = rl.run_key(parts | {"config": {"rl": {"n_envs": 16}}})
+    assert other["key"] != key["key"]
+    assert [p for p in key["parts"] if key["parts"][p] != other["parts"][p]] == ["config"]
+
+
+@pytest.mark.parametrize("fmt", CRAFTED_FORMATS)
+def test_a_crafted_checkpoint_is_refused_without_running_its_code(demos_and_clone, tmp_path, fmt):
+    """checkpoint.pt of the run's own key (so the run resumes from it) holding a pickle that runs
+    code when loaded: torch's weights_only loader refuses it, nothing runs, the error is clear."""
+    write = CRAFTED_FORMATS[fmt]
+    marker = tmp_path / "pwned"
+    # the control: torch.load without weights_only does run the payload (a plain pickle runs
+    # while torch reads what it takes for the legacy format's magic number, then fails)
+    control = write({"policy": _Payload(tmp_path / "control")}, tmp_path / "control.pt")
+    (tmp_path / "control.pt").write_bytes(control)
+    with contextlib.suppress(RuntimeError):
+        torch.load(tmp_path / "control.pt", weights_only=False)
+    assert (tmp_path / "control").exists()
+
+    state_dir = tmp_path / "state"
+    crafted = {"policy": _Payload(marker), "optimizer": {}, "num_timesteps": 512, "n_updates": 4}
+    _plant_state(state_dir, key_of("scratch", RL_CFG), write(crafted, tmp_path / "crafted.pt"))
+    assert rl.claim_state_dir(state_dir, key_of("scratch", RL_CFG)), "the run must try to resume"
+    with pytest.raises(policy.CheckpointError) as err:
+        train(demos_and_clone, state_dir, init="scratch")
+    assert not marker.exists(), "unpickling the crafted checkpoint ran its code"
+    assert err.value.path == state_dir / rl.CHECKPOINT
+    assert str(err.value).startswith(f"{state_dir / rl.CHECKPOINT}: cannot resume from it")
+    assert "UnpicklingError" in str(err.value) and "weights_only" in str(err.value)
+    assert isinstance(err.value.__cause__, pickle.UnpicklingError)
+    # nothing was trained on top of it, and the evidence is left for a person to look at
+    assert not list(state_dir.glob("progress-*.csv"))
+    assert (state_dir / rl.CHECKPOINT).is_file()
+
+
+def test_state_of_another_run_is_discarded(demos_and_clone, tmp_path, caplog):
+    """State recorded under another key (here: another learning rate) is deleted with a
+    warning naming what differs; the run starts at step 0 and equals a fresh run bit for bit."""
+    short = {"total_timesteps": 1024, "eval_every": 512}
+    other = RL_CFG["ppo"] | {"learning_rate": 1e-3}
+    first = train(demos_and_clone, tmp_path / "state", init="scratch", **short, ppo=other)
+    assert first.timesteps == 1024 and (tmp_path / "state" / rl.CHECKPOINT).is_file()
+    with caplog.at_level("WARNING", logger="demo2rl.rl"):
+        again = train(demos_and_clone, tmp_path / "state", init="scratch", **short)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1, warnings
+    assert "discarding the state in" in warnings[0]
+    assert "its run key differs in: config" in warnings[0]
+    assert again.resumed == 0 and again.timesteps == 1024
+    assert again.evaluations[0]["step"] == 0
+    assert [p.name for p in (tmp_path / "state").glob("progress-*.csv")] == [
+        "progress-000000000.csv"
+    ]
+    assert json.loads((tmp_path / "state" / rl.KEY).read_text()) == key_of(
+        "scratch", RL_CFG | short
+    )
+    fresh = train(demos_and_clone, tmp_path / "fresh", init="scratch", **short)
+    same_weights(again.model.policy, fresh.model.policy)
+    assert pd.DataFrame(again.evaluations).equals(pd.DataFrame(fresh.evaluations))
+    with pytest.raises(AssertionError):  # the discarded run really was another one
+        same_weights(first.model.policy, fresh.model.policy)
+
+
+def test_state_without_a_key_is_discarded(tmp_path, caplog):
+    """A state dir of an older layout (model.zip, no key.json) is not resumed."""
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    (state_dir / "model.zip").write_bytes(b"PK\x03\x04")
+    (state_dir / rl.STATE).write_text(json.dumps({"timesteps": 512}))
+    key = key_of("scratch", RL_CFG)
+    with caplog.at_level("WARNING", logger="demo2rl.rl"):
+        assert rl.claim_state_dir(state_dir, key) is False
+    assert "it records no run key" in caplog.text
+    assert sorted(p.name for p in state_dir.iterdir()) == [rl.KEY]
+    assert json.loads((state_dir / rl.KEY).read_text()) == key
+
+
+def test_a_start_that_never_checkpointed_is_cleared(tmp_path, caplog):
+    """A first attempt killed before its first checkpoint left the key and a progress segment:
+    nothing to resume, and nothing of it may reach the next attempt's progress table."""
+    key = key_of("scratch", RL_CFG)
+    state_dir = tmp_path / "state"
+    assert rl.claim_state_dir(state_dir, key) is False  # a fresh dir: claimed, nothing to resume
+    (state_dir / "progress-000000000.csv").write_text("time/total_timesteps\n512\n1024\n")
+    with caplog.at_level("WARNING", logger="demo2rl.rl"):
+        assert rl.claim_state_dir(state_dir, key) is False
+    assert "it holds no checkpoint yet" in caplog.text
+    assert sorted(p.name for p in state_dir.iterdir()) == [rl.KEY]
+
+
+def test_state_of_the_same_run_resumes(demos_and_clone, tmp_path, caplog):
+    """The same key resumes: a finished run, rerun, trains nothing more and returns its policy;
+    a run stopped early continues from its checkpoint."""
+    short = {"total_timesteps": 1024, "eval_every": 512}
+    done = train(demos_and_clone, tmp_path / "done", init="scratch", **short)
+    progress = rl.progress_table(tmp_path / "done")
+    with caplog.at_level("WARNING", logger="demo2rl.rl"):
+        rerun = train(demos_and_clone, tmp_path / "done", init="scratch", **short)
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+    assert rerun.resumed == 1 and rerun.timesteps == 1024
+    same_weights(rerun.model.policy, done.model.policy)
+    assert same_rows(rerun.evaluations, done.evaluations)
+    assert rl.progress_table(tmp_path / "done").equals(progress)  # no step trained again
+
+    # stopped at 512 of 1024 steps (a run whose budget ended there, recorded under the key of
+    # the full run): the rerun continues from step 512, keeping the evaluations made before
+    key = key_of("scratch", RL_CFG | short)
+    half = train(demos_and_clone, tmp_path / "half", init="scratch", key=key, total_timesteps=512)
+    assert half.timesteps == 512
+    resumed = train(demos_and_clone, tmp_path / "half", init="scratch", **short)
+    assert resumed.resumed == 1 and resumed.timesteps == 1024
+    assert same_rows(resumed.evaluations[: len(half.evaluations)], half.evaluations)
+    assert [row["step"] for row in resumed.evaluations] == [0, 512, 1024]
+    table = rl.progress_table(tmp_path / "half")
+    assert table["time/total_timesteps"].is_monotonic_increasing
+    assert table["time/total_timesteps"].iloc[-1] == 1024
+    state = json.loads((tmp_path / "half" / rl.STATE).read_text())
+    assert state["timesteps"] == 1024 and state["resumed"] == 1
 
 
 def test_training_and_evaluation_seeds_are_disjoint():
@@ -194,3 +398,19 @@ def test_training_and_evaluation_seeds_are_disjoint():
     train_starts = {seeds.rl_seed(0, s) + i for s in range(20) for i in range(256)}
     assert not demo & evals and not demo & train_starts and not evals & train_starts
     assert max(demo | evals | train_starts) < 2**30  # unseeded resets draw from [2**30, 2**31)
+
+
+def test_progress_table_drops_rows_lost_in_a_hard_kill(tmp_path):
+    """A run killed after its checkpoint at 2048 (rows up to 3072 logged) resumed from 2048: the
+    lost rows 2560 and 3072 of the first segment must not appear beside the resumed ones."""
+    pd.DataFrame({"time/total_timesteps": [512, 1024, 1536, 2048, 2560, 3072], "b": 1}).to_csv(
+        tmp_path / "progress-000000000.csv", index=False
+    )
+    pd.DataFrame({"b": 2, "time/total_timesteps": [2560, 3072, 3584]}).to_csv(
+        tmp_path / "progress-000002048.csv", index=False
+    )
+    (tmp_path / "progress-000003584.csv").write_text("")  # resumed at the end: nothing logged
+    table = rl.progress_table(tmp_path)
+    assert table["time/total_timesteps"].tolist() == [512, 1024, 1536, 2048, 2560, 3072, 3584]
+    assert table["b"].tolist() == [1, 1, 1, 1, 2, 2, 2]
+    assert list(table.columns) == ["time/total_timesteps", "b"]

@@ -15,7 +15,8 @@ import yaml
 from conftest import REPO, TEST_CONFIG, snakemake
 from rliable import metrics as rly
 
-from demo2rl import dataset, evaluation, rollout, seeds, summary, tasks
+from demo2rl import dataset, evaluation, groups, rollout, seeds, summary, tasks
+from demo2rl.envs import replay
 
 CONFIG = yaml.safe_load(TEST_CONFIG.read_text())
 EXP = CONFIG["experiment"]
@@ -117,12 +118,17 @@ def test_curve_band_averages_runs_on_a_common_step_grid():
     ],
 )
 def test_policy_groups(name, group):
-    assert summary.policy_group(name) == group
+    assert summary.policy_group(name) == groups.policy_group(name) == group
+
+
+def test_summary_reexports_the_groups():
+    assert summary.GROUPS is groups.GROUPS and summary.LABELS is groups.LABELS
+    assert summary.policy_group is groups.policy_group
 
 
 def test_unknown_policy_name_is_an_error():
     with pytest.raises(ValueError, match="unknown policy"):
-        summary.policy_group("rl-sac-seed0")
+        groups.policy_group("rl-sac-seed0")
 
 
 def test_summary_of_records_without_task_metrics():
@@ -205,7 +211,7 @@ def test_final_evaluation_names_the_racing_metrics_and_replays_exactly():
     assert ev.episodes["seed"].tolist() == eval_seeds
     assert ev.episodes["avg_speed"].tolist() == ev.info["speed.mean"].tolist()
     assert len(ev.first_actions) == ev.episodes["length"][0]
-    drive = evaluation.replay_racing(RACING_KW, eval_seeds[0], ev.first_actions, frame_every=7)
+    drive = replay.replay_racing(RACING_KW, eval_seeds[0], ev.first_actions, frame_every=7)
     assert drive.episode_return == ev.episodes["return"][0]  # bit for bit
     assert len(drive.x) == len(drive.speed) == ev.episodes["length"][0] + 1
     assert drive.frame_steps[:3] == [0, 7, 14] and len(drive.frames) == len(drive.frame_steps)
@@ -349,7 +355,15 @@ def test_more_seeds_add_only_their_runs_and_evaluations(test_workflow: Path, tmp
     more.write_text(yaml.safe_dump({"rl": {"seeds": [*seeds_now, new]}}))
     proc = snakemake(test_workflow, "-n", "--configfile", str(TEST_CONFIG), str(more))
     text = proc.stdout + proc.stderr
-    assert job_counts(text) == {"train_rl": 2, "evaluate": 2, "summarize": 1, "all": 1}, text
+    # the figures drawn from the summary and the new evaluations are redrawn too; nothing else
+    assert job_counts(text) == {
+        "train_rl": 2,
+        "evaluate": 2,
+        "summarize": 1,
+        "plot_summary": 1,
+        "plot_racing": 1,
+        "all": 1,
+    }, text
     assert set(re.findall(r"wildcards: policy=(\S+)", text)) == {
         f"rl-bc-seed{new}",
         f"rl-scratch-seed{new}",
@@ -383,10 +397,11 @@ def job_counts(text: str) -> dict[str, int]:
 
 
 def test_summarize_stage_for_a_generic_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """The summarize stage without racing figures (a classic-control task), logging to a real
-    MLflow store: tables, plots, and the summary metrics on the workflow's parent run."""
+    """The summarize and plot_summary stages without racing figures (a classic-control task),
+    logging to a real MLflow store: tables, the curve bands and levels in summary.json, the
+    figures drawn from it, and the summary metrics and files on the workflow's parent run."""
     from demo2rl import tracking
-    from demo2rl.stages import evaluate as stage
+    from demo2rl.stages import plot_summary, summarize
 
     for key in ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_ID", "MLFLOW_EXPERIMENT_NAME"):
         monkeypatch.delenv(key, raising=False)
@@ -409,11 +424,15 @@ def test_summarize_stage_for_a_generic_task(tmp_path: Path, monkeypatch: pytest.
             csv_path.write_text("step,return_mean\n0,70\n1000,80\n2000,90\n")
             curves.append(str(csv_path))
     out = tmp_path / "report"
+    figures = {
+        "curves_png": str(out / "plots" / "learning_curves.png"),
+        "returns_png": str(out / "plots" / "final_returns.png"),
+    }
     parent = tracking.start_workflow("generic-summary", {"seed": 0}, results_dir=tmp_path)
     with tracking.child_run(
         "summarize", stage="summarize", rule="summarize", wildcards={}, params={}
     ) as run:
-        result = stage.summarize(
+        result = summarize.summarize(
             evaluations=evals,
             curves=curves,
             summary_json=str(out / "summary.json"),
@@ -421,24 +440,44 @@ def test_summarize_stage_for_a_generic_task(tmp_path: Path, monkeypatch: pytest.
             tables={
                 k: str(out / f"{k}.csv") for k in ("policies", "improvement", "runs", "episodes")
             },
-            curves_png=str(out / "plots" / "learning_curves.png"),
-            returns_png=str(out / "plots" / "final_returns.png"),
-            cfg={"bootstrap_reps": 300, "confidence": 0.9},
+            plot_links={
+                "Learning curves": figures["curves_png"],
+                "Final returns": figures["returns_png"],
+            },
+            bootstrap_reps=300,
+            confidence=0.9,
             seed=0,
             curve_tracks=3,
             run=run,
         )
-    tracking.end_workflow(success=True)
     assert result["best_rl"].startswith("rl-bc-")
+    assert not (out / "plots").exists()  # the numbers only: the figures are another rule's
+    saved = json.loads((out / "summary.json").read_text())
+    assert saved["groups"]["rl_bc"]["n_runs"] == 2 and saved["confidence"] == 0.9
+    assert saved["learning_curves"]["rl_bc"]["step"] == [0, 1000, 2000]
+    assert saved["learning_curves"]["rl_bc"]["mean"] == pytest.approx([70.0, 80.0, 90.0])
+    assert set(saved["learning_curves"]) == {"rl_bc", "rl_scratch"}
+    assert set(saved["curve_levels"]) == {"expert", "bc"}  # on the first curve_tracks tracks
+    for name in ("expert", "bc"):
+        first = json.loads((tmp_path / "eval" / f"{name}.json").read_text())["episodes"]
+        assert saved["curve_levels"][name] == pytest.approx(np.mean(first["return"][:3]))
+    md = (out / "summary.md").read_text()
+    assert "![Learning curves](plots/learning_curves.png)" in md
+    assert "![Final returns](plots/final_returns.png)" in md
+
+    with tracking.child_run(
+        "plot-summary", stage="plot", rule="plot_summary", wildcards={}, params={}
+    ) as run:
+        plot_summary.plot_summary(summary_json=str(out / "summary.json"), run=run, **figures)
+    tracking.end_workflow(success=True)
     assert sorted(p.name for p in (out / "plots").iterdir()) == [
         "final_returns.png",
         "learning_curves.png",
     ]
-    saved = json.loads((out / "summary.json").read_text())
-    assert saved["groups"]["rl_bc"]["n_runs"] == 2 and saved["confidence"] == 0.9
-    assert saved["learning_curves"]["rl_bc"]["step"] == [0, 1000, 2000]
+    for png in figures.values():
+        assert Path(png).read_bytes()[:4] == b"\x89PNG"
     client = mlflow.MlflowClient(tracking.tracking_uri(tmp_path))
     metrics = client.get_run(parent).data.metrics
     assert metrics["summary.rl_bc.return_iqm"] == pytest.approx(saved["groups"]["rl_bc"]["iqm"])
     artifacts = {Path(a.path).name for a in client.list_artifacts(parent, "summary")}
-    assert {"summary.md", "policies.csv", "final_returns.png"} <= artifacts
+    assert {"summary.md", "policies.csv", "final_returns.png", "learning_curves.png"} <= artifacts

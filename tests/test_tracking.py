@@ -6,6 +6,8 @@ import json
 import logging
 import os
 import socket
+import subprocess
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -18,7 +20,7 @@ from mlflow.tracking import MlflowClient
 from stable_baselines3 import PPO
 from stable_baselines3.common.logger import Logger
 
-from demo2rl import rl, tracking
+from demo2rl import rl, tracking, tracking_settings
 
 # every variable demo2rl.tracking reads or writes: each test starts without them and leaves none
 ENV_KEYS = (
@@ -250,3 +252,12 @@ def test_settings_come_from_the_config():
     assert tracking.settings({"tracking": {"fail_on_error": True}}).fail_on_error
     assert tracking.Settings.of({"fail_on_error": True}) == tracking.Settings(True)
     assert tracking.Settings.of(None) == tracking.Settings()
+    # its own module (no MLflow import when Snakemake parses the workflow), re-exported here
+    assert tracking.Settings is tracking_settings.Settings
+
+
+def test_settings_are_importable_without_mlflow():
+    """Every Snakemake process builds the Settings while parsing the workflow: no MLflow import."""
+    code = "import sys, demo2rl.tracking_settings; print('mlflow' in sys.modules)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "False"

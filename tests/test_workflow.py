@@ -63,17 +63,33 @@ def test_mlflow_has_a_parent_run_and_a_child_per_job(test_workflow: Path):
     children = {r.info.run_name: r for r in all_runs if r is not parent}
     shards = [f"collect-shard{k}" for k in range(CONFIG["collect"]["n_shards"])]
     rl_runs = [f"rl-{init}-seed{s}" for init in ("bc", "scratch") for s in CONFIG["rl"]["seeds"]]
-    assert {*shards, "merge-demos", "bc", *rl_runs} <= set(children)
+    evals = [f"eval-{name}" for name in ("expert", "bc", *rl_runs)]
+    plots = ["plot-bc", "plot-summary", "plot-racing"]  # the figures: jobs of their own
+    assert {*shards, "merge-demos", "bc", *rl_runs, *evals, "summarize", *plots} == set(children)
     merged_hash = dataset.read(results(test_workflow) / "demos" / "demos.h5").attrs["content_hash"]
     for run in children.values():
         assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id
         assert run.info.status == "FINISHED"
         assert run.data.tags["demo2rl.code_revision"]
+    collect = CONFIG["collect"]
     for name in [*shards, "merge-demos"]:
         run = children[name]
         assert run.data.metrics["expert_return_mean"] > 0
-        assert run.data.params["collect.n_shards"] == str(CONFIG["collect"]["n_shards"])
+        assert run.data.params["collect.n_episodes"] == str(collect["n_episodes"])
         assert len(run.inputs.dataset_inputs) == 1
+    # each job's params are the config it reads: the shards' split, the merge's validation
+    # fraction; never a speed-only setting (envs stepped together: a resource)
+    for name in shards:
+        assert children[name].data.params["collect.n_shards"] == str(collect["n_shards"])
+        assert "collect.n_envs" not in children[name].data.params
+    merge_params = children["merge-demos"].data.params
+    assert merge_params["collect.valid_fraction"] == str(collect["valid_fraction"])
+    assert "collect.n_shards" not in merge_params
+    for name in rl_runs:
+        assert "rl.checkpoint_every" not in children[name].data.params
+        assert children[name].data.params["eval_episodes"] == str(
+            CONFIG["evaluate"]["during_training"]
+        )
     for name in ["bc", *rl_runs]:  # the dataset is an input of BC and of both RL arms
         assert children[name].data.tags["demo2rl.dataset_hash"] == merged_hash
         assert len(children[name].inputs.dataset_inputs) == 1
@@ -86,6 +102,12 @@ def test_mlflow_has_a_parent_run_and_a_child_per_job(test_workflow: Path):
     assert shard0.data.params["task.env_id"] == "Racing-v0"
     assert shard0.data.metrics["steps_per_s"] > 0
     assert children["merge-demos"].data.tags["demo2rl.dataset_hash"] == merged_hash
+    # each figure's run names the run whose output it drew
+    ids = {name: run.info.run_id for name, run in children.items()}
+    assert children["plot-bc"].data.tags["demo2rl.upstream.bc"] == ids["bc"]
+    assert children["plot-summary"].data.tags["demo2rl.upstream.summarize"] == ids["summarize"]
+    for name in plots:
+        assert children[name].data.tags["demo2rl.stage"] == "plot"
 
 
 def test_nothing_to_do_on_a_second_run(test_workflow: Path):

@@ -421,31 +421,35 @@ def train_rl(
     else:
         normalizer = dataset_normalizer(demos, clip_obs=clip_obs)
     env = make_training_env(env_id, env_kwargs, rl_cfg, normalizer, n_workers=threads)
-    seed = seeds.rl_seed(base_seed, run_seed)
-    device = policy.resolve_device(rl_cfg["device"])
+    try:  # the env (worker processes with subproc) must not outlive a failed start
+        seed = seeds.rl_seed(base_seed, run_seed)
+        device = policy.resolve_device(rl_cfg["device"])
 
-    model = new_model(
-        env,
-        policy_cfg,
-        rl_cfg["ppo"],
-        seed=seed,
-        device=device,
-        bc_policy=bc_policy if init == "bc" else None,
-        log_std=warm.get("log_std"),
-    )
-    resumed, evaluations = 0, []
-    if resume:
-        state = json.loads((state_dir / STATE).read_text())
-        load_checkpoint(state_dir / CHECKPOINT, model)
-        resumed = state["resumed"] + 1
-        model.set_random_seed(seed + resumed * rl_cfg["n_envs"])  # fresh, still in the RL block
-        evaluations = state["evaluations"]
-        log.info("resuming from step %d (resume #%d)", model.num_timesteps, resumed)
+        model = new_model(
+            env,
+            policy_cfg,
+            rl_cfg["ppo"],
+            seed=seed,
+            device=device,
+            bc_policy=bc_policy if init == "bc" else None,
+            log_std=warm.get("log_std"),
+        )
+        resumed, evaluations = 0, []
+        if resume:
+            state = json.loads((state_dir / STATE).read_text())
+            load_checkpoint(state_dir / CHECKPOINT, model)
+            resumed = state["resumed"] + 1
+            model.set_random_seed(seed + resumed * rl_cfg["n_envs"])  # fresh, still in the RL block
+            evaluations = state["evaluations"]
+            log.info("resuming from step %d (resume #%d)", model.num_timesteps, resumed)
 
-    total = int(rl_cfg["total_timesteps"])
-    if init == "bc" and warm["bc_coef"] > 0:
-        obs, actions = _demo_tensors(demos, normalizer, act_space, device)
-        model.set_bc_data(obs, actions, warm["bc_coef"], warm["bc_decay"], total)
+        total = int(rl_cfg["total_timesteps"])
+        if init == "bc" and warm["bc_coef"] > 0:
+            obs, actions = _demo_tensors(demos, normalizer, act_space, device)
+            model.set_bc_data(obs, actions, warm["bc_coef"], warm["bc_decay"], total)
+    except BaseException:
+        env.close()
+        raise
     eval_seeds = evaluation.heldout_seeds(base_seed, eval_episodes)
     act_space_env = act_space
 
@@ -491,10 +495,20 @@ def train_rl(
 
 def progress_table(state_dir: str | Path) -> pd.DataFrame:
     """The SB3 progress rows of every segment of the run (resumes included), in step order, with
-    the columns in a fixed order (env steps first, then by name)."""
-    parts = [
-        pd.read_csv(p) for p in sorted(Path(state_dir).glob("progress-*.csv")) if p.stat().st_size
-    ]
+    the columns in a fixed order (env steps first, then by name).
+
+    A segment's rows past the step the next segment resumed from belong to work lost in a hard
+    kill (after the last checkpoint) and are left out, so no step appears twice."""
+    segments = sorted(Path(state_dir).glob("progress-*.csv"))
+    starts = [int(p.stem.partition("-")[2]) for p in segments]
+    parts = []
+    for path, end in zip(segments, [*starts[1:], None], strict=True):
+        if not path.stat().st_size:
+            continue
+        part = pd.read_csv(path)
+        if end is not None:  # rows past the checkpoint the next segment resumed from were lost
+            part = part[part["time/total_timesteps"] <= end]
+        parts.append(part)
     if not parts:
         return pd.DataFrame()
     table = pd.concat(parts, ignore_index=True)
