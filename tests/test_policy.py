@@ -113,9 +113,23 @@ def test_actor_normalises_clips_and_unscales():
     with torch.no_grad():
         policy.action_net.bias.fill_(0.0)
         want = policy.get_distribution(torch.as_tensor(norm(obs))).mode().numpy()
-    np.testing.assert_allclose(actor(obs), 2.0 * np.clip(want, -1, 1), rtol=1e-6)
+    # (float32 rounding differs between batch sizes: the actor pads to ACT_BLOCK rows)
+    np.testing.assert_allclose(actor(obs), 2.0 * np.clip(want, -1, 1), rtol=1e-5, atol=1e-7)
     sampled = P.make_actor(policy, norm, ACT, deterministic=False)(obs)
     assert sampled.shape == (7, 1) and np.all(np.abs(sampled) <= 2.0)
+
+
+def test_actions_do_not_depend_on_how_many_envs_act_together():
+    """The number of envs stepped together is a speed setting: every split of the same
+    observations into batches gives bitwise the same actions (torch alone does not)."""
+    torch.set_num_threads(1)
+    policy, norm = make_policy(), make_normalizer()
+    actor = P.make_actor(policy, norm, ACT)
+    obs = np.random.default_rng(2).normal(size=(150, 3)).astype(np.float32)
+    whole = actor(obs)
+    for batch in (1, 3, 4, 7, 16, P.ACT_BLOCK + 1):
+        split = np.concatenate([actor(obs[i : i + batch]) for i in range(0, len(obs), batch)])
+        np.testing.assert_array_equal(split, whole, err_msg=f"batches of {batch}")
 
 
 def test_checkpoint_round_trip_is_plain_data(tmp_path):
