@@ -1,17 +1,37 @@
-"""Reruns touch exactly what a change touches, and the workflow reproduces itself (real runs).
+"""Reruns touch exactly what a change touches, reproduce fresh runs bit for bit, and resume
+only their own state (real runs).
 
 A copy of the workflow (Snakefile, rules, scripts, config, library source) runs the test config
-once in a fresh directory; each case then changes one thing and asks `snakemake -n` which jobs
-would run. The same run, compared with the session's `test_workflow` run in another directory,
-checks that the whole workflow is reproducible.
+once in a fresh directory (`tree`). Dry runs check that nothing, or only the edited rule, would
+rerun; the same run, compared with the session's `test_workflow` run, checks that two fresh runs
+agree.
+
+Executed reruns: a copy of that finished run (`chain`) goes through one change at a time, each
+as two executed reruns (`--cores 2`): first to the changed state (an RL or BC hyperparameter, the
+RL budget, the number of demonstrations, an edit of the RL code), then the one thing changed back.
+The second rerun starts from a finished run of another config or code, with its stale RL state
+on disk, and ends at the test config, whose fresh run in an empty directory is `tree`: every
+compared output must equal that run's bit for bit (dataset content hash, BC and RL weights, RL
+progress and evaluation tables without their wall-clock columns, the final evaluations without
+their timings and versions), the jobs the change does not concern must leave their files
+untouched, and every rerun RL job must log that it discarded the other run's state, naming the
+parts of the run key that differ, instead of resuming it. The first rerun is checked to change
+the results, so that a comparison cannot pass by doing nothing. (That a preempted run resumes
+its own state to the budget is tests/test_rl.py's SIGTERM case.)
+
+For speed (every job starts Python, torch and MLflow afresh): changing back makes one fresh run
+the reference of every case, instead of a fresh run per changed state; reruns name the compared
+outputs as targets, not the report; the first rerun of a case skips the evaluations.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import os
 import re
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -50,13 +70,9 @@ def run(root: Path, *args: str, config: Path | None = None, check: bool = True):
     return snakemake(root / "work", *cmd, env=env, check=check)
 
 
-def planned(root: Path, *args: str, config: dict | None = None) -> dict[str, int]:
-    """Rule -> number of jobs `snakemake -n` would run."""
-    path = None
-    if config is not None:
-        path = root / "changed.yaml"
-        path.write_text(yaml.safe_dump(config))
-    proc = run(root, "-n", *args, config=path)
+def planned(root: Path, *args: str) -> dict[str, int]:
+    """Rule -> number of jobs `snakemake -n` of the test config would run."""
+    proc = run(root, "-n", *args)
     text = proc.stdout + proc.stderr
     if "Nothing to be done" in text:
         return {}
@@ -74,46 +90,8 @@ def changed(path: str, value) -> dict:
     return config
 
 
-UPSTREAM = {"collect_shard", "merge_demos", "train_bc"}
-
-
 def test_no_change_means_nothing_to_do(tree):
     assert planned(tree) == {}
-
-
-def test_rl_budget_reruns_only_rl_and_what_follows(tree):
-    jobs = planned(tree, config=changed("rl.total_timesteps", 2 * CONFIG["rl"]["total_timesteps"]))
-    assert jobs.get("train_rl") == 2 * len(CONFIG["rl"]["seeds"])
-    assert not UPSTREAM & set(jobs), jobs
-    if "evaluate" in jobs:  # evaluations of the RL runs only, not of the expert or the clone
-        assert jobs["evaluate"] == jobs["train_rl"]
-
-
-def test_bc_hyperparameter_reruns_bc_and_the_warm_started_runs(tree):
-    jobs = planned(tree, config=changed("bc.learning_rate", 0.0005))
-    assert jobs.get("train_bc") == 1
-    assert jobs.get("train_rl") == len(CONFIG["rl"]["seeds"]), "only the bc arm uses the clone"
-    assert not {"collect_shard", "merge_demos"} & set(jobs), jobs
-
-
-def test_warm_start_switch_reruns_only_the_bc_arm(tree):
-    jobs = planned(tree, config=changed("rl.warm_start.critic_warmup_steps", 0))
-    assert jobs.get("train_rl") == len(CONFIG["rl"]["seeds"])
-    assert not UPSTREAM & set(jobs), jobs
-
-
-def test_number_of_episodes_reruns_from_collection(tree):
-    jobs = planned(tree, config=changed("collect.n_episodes", CONFIG["collect"]["n_episodes"] + 3))
-    assert jobs.get("collect_shard") == CONFIG["collect"]["n_shards"]
-    assert jobs.get("merge_demos") == 1 and jobs.get("train_bc") == 1
-    assert jobs.get("train_rl") == 2 * len(CONFIG["rl"]["seeds"])
-
-
-def test_an_added_seed_runs_only_that_seed(tree):
-    seeds = CONFIG["rl"]["seeds"]
-    jobs = planned(tree, config=changed("rl.seeds", [*seeds, max(seeds) + 1]))
-    assert jobs.get("train_rl") == 2, jobs
-    assert not UPSTREAM & set(jobs), jobs
 
 
 def test_threads_resources_and_profile_change_nothing(tree, tmp_path):
@@ -132,39 +110,18 @@ def edit(path: Path, old: str, new: str) -> str:
     return text
 
 
-def test_library_edit_reruns_the_stage_that_imports_it(tree):
-    bc_py = tree / "src" / "demo2rl" / "bc.py"
-    original = edit(
-        bc_py, "nll = -dist.log_prob(actions).mean()", "nll = -1.0 * dist.log_prob(actions).mean()"
-    )
-    try:
-        jobs = planned(tree)
-    finally:
-        bc_py.write_text(original)
-    assert jobs.get("train_bc") == 1
-    assert "collect_shard" not in jobs and "merge_demos" not in jobs
-
-
-def test_comment_only_library_edit_changes_nothing(tree):
-    bc_py = tree / "src" / "demo2rl" / "bc.py"
-    original = edit(
-        bc_py, "\ndef bc_loss(", "\n# a comment that changes no behaviour\ndef bc_loss("
-    )
-    try:
-        assert planned(tree) == {}
-    finally:
-        bc_py.write_text(original)
-
-
 def test_comment_only_script_edit_reruns_that_rule(tree):
-    """Documented behaviour: Snakemake's `code` trigger hashes the script's text, comments
-    included, so a comment in scripts/train_bc.py reruns train_bc and what follows it."""
+    """Documented behaviour: Snakemake's `code` trigger reruns a script rule whose script is
+    newer than its outputs (it goes by the script's modification time, not its text), so any
+    edit of scripts/train_bc.py, a comment too, reruns train_bc and what follows it."""
     script = tree / "scripts" / "train_bc.py"
+    stat = script.stat()
     original = edit(script, "from demo2rl", "# a comment\nfrom demo2rl")
     try:
         jobs = planned(tree)
-    finally:
+    finally:  # the script as it was, its time too: the tree stays up to date for other cases
         script.write_text(original)
+        os.utime(script, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert jobs.get("train_bc") == 1
     assert "collect_shard" not in jobs
 
@@ -211,3 +168,218 @@ def test_dataset_hash_does_not_depend_on_the_number_of_shards(tree, test_workflo
         len(one.attrs["shards"]) == 1 and len(ref.attrs["shards"]) == CONFIG["collect"]["n_shards"]
     )
     assert os.path.getsize(work / "results" / EXP / "demos" / "demos.h5") > 0
+
+
+# --------------------------------------------------------------------------------------------
+# executed reruns, compared bit for bit with the fresh run of the test config in `tree`
+
+INITS = ("bc", "scratch")
+SEEDS = CONFIG["rl"]["seeds"]
+RL_RUNS = [f"rl/{init}/seed-{seed}" for init in INITS for seed in SEEDS]
+POLICIES = [f"{run_dir}/policy.pt" for run_dir in RL_RUNS]
+COMPARED = [
+    "demos/demos.h5",
+    "bc/policy.pt",
+    *(f"{run_dir}/{name}" for run_dir in RL_RUNS for name in ("policy.pt", "progress.csv")),
+    *(f"{run_dir}/evaluations.csv" for run_dir in RL_RUNS),
+    "eval/expert.json",
+    "eval/bc.json",
+    *(f"eval/rl-{init}-seed{seed}.json" for init in INITS for seed in SEEDS),
+]
+"""The outputs a rerun is compared on: those of every job that one of the cases reruns."""
+VOLATILE = {"seconds", "versions", "code_revision"}
+"""Entries of evaluation files and checkpoint metadata that equal runs need not share."""
+WALL_CLOCK = {"time/fps", "time/time_elapsed"}
+"""Columns of the SB3 progress table that measure time, not training."""
+EXPERT = ["eval/expert.json", "logs/evaluate/expert.log"]
+UPSTREAM = ["demos/*.h5", "logs/collect_shard/*", "logs/merge_demos.log"]
+RL_ONLY = [*UPSTREAM, *EXPERT, "bc/*", "logs/train_bc.log", "eval/bc.json", "logs/evaluate/bc.log"]
+"""What a change that concerns the RL runs alone leaves untouched (glob patterns)."""
+DISCARDED = re.compile(r"discarding the state in \S+: its run key differs in: (.+); training from")
+
+
+@pytest.fixture(scope="module")
+def chain(tree, tmp_path_factory) -> Path:
+    """A copy of `tree` after its run: outputs, their timestamps and Snakemake's records."""
+    root = tmp_path_factory.mktemp("chain")
+    for name in (*TREE, "work"):
+        src = tree / name
+        if src.is_dir():
+            shutil.copytree(src, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+        elif src.exists():
+            shutil.copy2(src, root / name)
+    return root
+
+
+@pytest.fixture
+def at_base(chain) -> Path:
+    """The chain at the test config; what a case that failed half way changed is undone first."""
+    unfinished = chain / "unfinished"
+    if unfinished.exists():
+        rerun(chain, CONFIG, COMPARED)
+    unfinished.touch()
+    return chain
+
+
+def results_of(root: Path) -> Path:
+    return root / "work" / "results" / EXP
+
+
+def rerun(root: Path, config: dict, targets: list[str], untouched: Sequence[str] = ()) -> None:
+    """Run `config` for `targets` in root/work with 2 cores; the files of `untouched` (glob
+    patterns under the results) must keep their names, bytes and modification times."""
+    path = root / "rerun.yaml"
+    path.write_text(yaml.safe_dump(config))
+    results = results_of(root)
+    before = stamps(results, untouched)
+    run(root, "--cores", "2", *(f"results/{EXP}/{target}" for target in targets), config=path)
+    after = stamps(results, untouched)
+    touched = sorted(
+        name for name in before.keys() | after.keys() if before.get(name) != after.get(name)
+    )
+    assert not touched, f"rewritten by a rerun that does not concern them: {touched}"
+
+
+def stamps(results: Path, patterns: Sequence[str]) -> dict[str, tuple[int, bytes]]:
+    found = {}
+    for pattern in patterns:
+        paths = [p for p in results.glob(pattern) if p.is_file()]
+        assert paths, f"no file matches {pattern}"
+        found |= {
+            str(p.relative_to(results)): (p.stat().st_mtime_ns, p.read_bytes()) for p in paths
+        }
+    return found
+
+
+def comparable(path: Path):
+    """What equal runs must agree on in a result file, bit for bit."""
+    if path.suffix == ".h5":
+        return dataset.read_attrs(path)["content_hash"]
+    if path.suffix == ".pt":
+        checkpoint = torch.load(path, weights_only=True)
+        checkpoint["meta"] = {k: v for k, v in checkpoint["meta"].items() if k not in VOLATILE}
+        return checkpoint
+    if path.suffix == ".csv":
+        table = pd.read_csv(path)
+        # by name: SB3 adds progress columns in the order of a set of strings (hash-seeded)
+        return table.drop(columns=[c for c in table.columns if c in WALL_CLOCK]).sort_index(axis=1)
+    return {k: v for k, v in json.loads(path.read_text()).items() if k not in VOLATILE}
+
+
+def assert_same(a, b, where: str) -> None:
+    """Exact equality of nested values: tensors bit for bit, tables exact and NaN-aware."""
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape, where
+        assert torch.equal(a, b), f"{where} differs"
+    elif isinstance(a, pd.DataFrame):
+        pd.testing.assert_frame_equal(a, b, check_exact=True, obj=where)
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys(), f"{where}: {list(a)} != {list(b)}"
+        for key in a:
+            assert_same(a[key], b[key], f"{where}: {key}")
+    elif isinstance(a, list | tuple):
+        assert type(a) is type(b) and len(a) == len(b), f"{where}: {a!r} != {b!r}"
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same(x, y, f"{where}[{i}]")
+    else:
+        assert a == b or (a != a and b != b), f"{where}: {a!r} != {b!r}"  # NaN equals NaN
+
+
+def assert_changed(results: Path, reference: Path, checkpoints: list[str]) -> None:
+    """The first rerun of a case changed these weights: the case compares something."""
+    for rel in checkpoints:
+        a, b = (torch.load(p / rel, weights_only=True)["state_dict"] for p in (results, reference))
+        assert any(not torch.equal(a[k], b[k]) for k in a), f"{rel}: the change changed nothing"
+
+
+def rl_log(results: Path, run_dir: str) -> Path:
+    _, init, seed = run_dir.split("/")
+    return results / "logs" / "train_rl" / f"{init}-seed{seed.removeprefix('seed-')}.log"
+
+
+def discarded_parts(log: str) -> set[str] | None:
+    """The parts of the run key that a job's log says differ from those of the state it found."""
+    found = DISCARDED.findall(log)
+    assert len(found) <= 1, found
+    return set(found[0].split(", ")) if found else None
+
+
+def change_back(root: Path, tree: Path, untouched: list[str], discarded: dict[str, set]) -> None:
+    """Rerun the test config and compare with its fresh run in `tree`; the RL runs of each arm
+    in `discarded` must have rerun, discarding the state they found for the key parts given."""
+    results = results_of(root)
+    logs = {d: rl_log(results, d) for d in RL_RUNS if d.split("/")[1] in discarded}
+    before = {run_dir: log.stat().st_mtime_ns for run_dir, log in logs.items()}
+    rerun(root, CONFIG, COMPARED, untouched)
+    for run_dir, log in logs.items():
+        assert log.stat().st_mtime_ns != before[run_dir], f"{run_dir} did not rerun"
+        text = log.read_text()
+        assert discarded_parts(text) == discarded[run_dir.split("/")[1]], text
+        assert "resuming from step" not in text, text
+    for rel in COMPARED:
+        assert_same(comparable(results / rel), comparable(results_of(tree) / rel), rel)
+    (root / "unfinished").unlink()
+
+
+def test_rl_learning_rate_change_discards_the_stale_state(at_base, tree):
+    """The case that went wrong: the rerun resumed the other run's state, and kept its weights."""
+    rerun(at_base, changed("rl.ppo.learning_rate", 1e-3), POLICIES, RL_ONLY)
+    assert_changed(results_of(at_base), results_of(tree), POLICIES)
+    change_back(at_base, tree, RL_ONLY, {"bc": {"config"}, "scratch": {"config"}})
+
+
+def test_doubled_rl_budget(at_base, tree):
+    """From a finished run of half the RL budget to the test config's."""
+    half = changed("rl.total_timesteps", CONFIG["rl"]["total_timesteps"] // 2)
+    rerun(at_base, half, POLICIES, RL_ONLY)
+    assert_changed(results_of(at_base), results_of(tree), POLICIES)
+    change_back(at_base, tree, RL_ONLY, {"bc": {"config"}, "scratch": {"config"}})
+
+
+def test_halved_rl_budget(at_base, tree):
+    """From a finished run of twice the RL budget to the test config's."""
+    doubled = changed("rl.total_timesteps", 2 * CONFIG["rl"]["total_timesteps"])
+    rerun(at_base, doubled, POLICIES, RL_ONLY)
+    assert_changed(results_of(at_base), results_of(tree), POLICIES)
+    change_back(at_base, tree, RL_ONLY, {"bc": {"config"}, "scratch": {"config"}})
+
+
+def test_bc_learning_rate_reruns_bc_and_the_warm_started_arm_only(at_base, tree):
+    """The clone changes, so does the bc arm (its key's input); the scratch arm is left alone."""
+    scratch_arm = [
+        *UPSTREAM,
+        *EXPERT,
+        "rl/scratch/**/*",
+        "eval/rl-scratch-*.json",
+        "logs/train_rl/scratch-*",
+        "logs/evaluate/rl-scratch-*",
+    ]
+    rerun(at_base, changed("bc.learning_rate", 5e-4), POLICIES, scratch_arm)
+    bc_arm = ["bc/policy.pt", *(f"rl/bc/seed-{seed}/policy.pt" for seed in SEEDS)]
+    assert_changed(results_of(at_base), results_of(tree), bc_arm)
+    change_back(at_base, tree, scratch_arm, {"bc": {"inputs.bc"}})
+
+
+def test_four_more_episodes_rerun_everything_downstream(at_base, tree):
+    """From a finished run on 4 episodes fewer: a new dataset, and all but the expert reruns."""
+    fewer = changed("collect.n_episodes", CONFIG["collect"]["n_episodes"] - 4)
+    rerun(at_base, fewer, POLICIES, EXPERT)
+    results, reference = results_of(at_base), results_of(tree)
+    assert comparable(results / "demos/demos.h5") != comparable(reference / "demos/demos.h5")
+    assert_changed(results, reference, ["bc/policy.pt", *POLICIES])
+    parts = {"bc": {"inputs.bc", "inputs.demos"}, "scratch": {"inputs.demos"}}
+    change_back(at_base, tree, EXPERT, parts)
+
+
+def test_rl_code_edit_and_its_revert(at_base, tree):
+    """An edit of the RL library (another seed for the runs), then its revert: each changes the
+    results and reruns the RL runs alone, which discard the other code's state."""
+    rl_py = at_base / "src" / "demo2rl" / "rl.py"
+    line = "seed = seeds.rl_seed(base_seed, run_seed)\n"
+    original = edit(rl_py, line, line.replace("\n", " + 1\n"))
+    try:
+        rerun(at_base, CONFIG, POLICIES, RL_ONLY)
+    finally:
+        rl_py.write_text(original)
+    assert_changed(results_of(at_base), results_of(tree), POLICIES)
+    change_back(at_base, tree, RL_ONLY, {"bc": {"code"}, "scratch": {"code"}})
