@@ -2,5 +2,6 @@
 
 Each Snakemake script reads its inputs, outputs and params and calls one function here; the same
 functions run without Snakemake (tests, notebooks). ``run`` is the job's tracking run. One module
-per stage, so a rule's code fingerprint covers exactly the code that stage runs.
+per rule, named after it, importing only what that rule runs: a rule's code fingerprint covers
+exactly its own code (see tests/test_rerun_matrix.py).
 """
