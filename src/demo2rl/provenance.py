@@ -12,6 +12,7 @@ import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 PACKAGES = (
     "demo2rl",
@@ -67,7 +68,7 @@ def code_fingerprint(*modules: str) -> str:
     digest = hashlib.sha256()
     for name, path in sorted(code_modules(*modules).items()):
         digest.update(name.encode())
-        digest.update(_normalised_source(path).encode())
+        digest.update(_parsed(path, name).source.encode())
     return digest.hexdigest()[:16]
 
 
@@ -96,8 +97,7 @@ def code_modules(*modules: str) -> dict[str, Path]:
         if path is None:
             continue
         seen[name] = path
-        tree = ast.parse(path.read_text(), filename=str(path))
-        todo.extend(_dependencies(tree, name, is_package=path.name == "__init__.py"))
+        todo.extend(_parsed(path, name).dependencies)
         if "." in name:  # importing a.b.c runs a/__init__.py and a/b/__init__.py first
             todo.append(name.rpartition(".")[0])
     return seen
@@ -164,9 +164,25 @@ def _module_level(body: list[ast.stmt]) -> Iterator[ast.stmt]:
                 yield from _module_level([n for n in inner if isinstance(n, ast.AST)])
 
 
-def _normalised_source(path: Path) -> str:
-    tree = ast.parse(path.read_text())
-    for node in ast.walk(tree):
+class _Parsed(NamedTuple):
+    source: str
+    """The syntax tree without docstrings, as text: what the fingerprint hashes."""
+    dependencies: tuple[str, ...]
+    """What :func:`code_modules` follows from the module."""
+
+
+def _parsed(path: Path, name: str) -> _Parsed:
+    """Module ``name`` at ``path``, parsed once per process and version of the file (the
+    workflow fingerprints every rule at each start, and the rules share most modules)."""
+    stat = path.stat()
+    return _parse(path, name, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.cache
+def _parse(path: Path, name: str, mtime_ns: int, size: int) -> _Parsed:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    dependencies = tuple(_dependencies(tree, name, is_package=path.name == "__init__.py"))
+    for node in ast.walk(tree):  # docstrings do not count
         body = getattr(node, "body", None)
         if (
             isinstance(body, list)
@@ -176,4 +192,4 @@ def _normalised_source(path: Path) -> str:
             and isinstance(body[0].value.value, str)
         ):
             node.body = body[1:] or [ast.Pass()]
-    return ast.dump(tree, include_attributes=False)
+    return _Parsed(ast.dump(tree, include_attributes=False), dependencies)
