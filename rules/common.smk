@@ -7,7 +7,7 @@
 from snakemake.exceptions import WorkflowError
 
 from demo2rl import config as config_checks, provenance, tasks
-from demo2rl.tracking_settings import Settings as TrackingSettings
+from demo2rl.tracking_settings import settings as tracking_settings
 
 try:
     config_checks.check(config)
@@ -29,7 +29,7 @@ TASK_CODE = tasks.entry_point_modules(config["task"])
 """The modules of the task's env and expert (a user's own code, too)."""
 # how tracking failures are treated: a dataclass, which Snakemake leaves out of its params rerun
 # trigger (it cannot change a result); tests/test_rerun_matrix.py checks that it stays so
-TRACKING = TrackingSettings.of(config["tracking"])
+TRACKING = tracking_settings(config)
 
 
 def rl_inputs(wildcards):

@@ -154,7 +154,7 @@ def parse_selector(selector: str) -> tuple[str, dict[str, str]]:
 
 
 def plan(workdir: Path, config: Path, env: Mapping[str, str]) -> dict[str, dict[str, Any]]:
-    """output -> {rule, inputs, pending} from ``snakemake --detailed-summary``."""
+    """output -> {rule, pending} from ``snakemake --detailed-summary``."""
     proc = snakemake(
         workdir, "--configfile", str(config), "--detailed-summary", "--nolock", env=dict(env)
     )
@@ -163,11 +163,7 @@ def plan(workdir: Path, config: Path, env: Mapping[str, str]) -> dict[str, dict[
         cols = line.split("\t")
         if len(cols) < 8 or cols[0] == "output_file":
             continue
-        rows[cols[0]] = {
-            "rule": cols[2],
-            "inputs": [p for p in cols[4].split(",") if p],
-            "pending": cols[-1].strip() == "update pending",
-        }
+        rows[cols[0]] = {"rule": cols[2], "pending": cols[-1].strip() == "update pending"}
     assert rows, f"no plan parsed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
     return rows
 
@@ -178,8 +174,15 @@ def jobs(workdir: Path, config: Path, env: Mapping[str, str]) -> dict[str, dict[
     proc = snakemake(
         workdir, "--configfile", str(config), "-n", "--forceall", "--nolock", env=dict(env)
     )
+    out = dry_run_jobs(proc.stdout + proc.stderr)
+    assert out, f"no jobs parsed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+    return out
+
+
+def dry_run_jobs(text: str) -> dict[str, dict[str, Any]]:
+    """output -> {rule, wildcards, inputs} of each job a dry run printed (not rule all)."""
     out: dict[str, dict[str, Any]] = {}
-    for block in re.split(r"\n(?=(?:local)?rule \w+:)", proc.stdout + proc.stderr):
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", text):
         rule = re.match(r"(?:local)?rule (\w+):", block)
         outputs = re.search(r"^\s+output: (.*)$", block, re.MULTILINE)
         if not (rule and outputs):
@@ -193,7 +196,6 @@ def jobs(workdir: Path, config: Path, env: Mapping[str, str]) -> dict[str, dict[
         }
         for path in outputs[1].split(", "):
             out[path.strip()] = job
-    assert out, f"no jobs parsed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
     return out
 
 
@@ -407,10 +409,6 @@ def test_the_plan_is_what_a_dry_run_would_run(test_workflow: Path, tmp_path: Pat
     env = {"PYTHONPATH": str(TESTS)}
     pending = {out for out, row in plan(test_workflow, path, env).items() if row["pending"]}
     proc = snakemake(test_workflow, "--configfile", str(path), "-n", "--nolock", env=env)
-    planned = set()
-    for block in re.split(r"\n(?=(?:local)?rule \w+:)", proc.stdout + proc.stderr):
-        outputs = re.search(r"^\s+output: (.*)$", block, re.MULTILINE)
-        if outputs and re.match(r"rule (?!all:)", block):
-            planned |= {p.strip() for p in outputs[1].split(", ")}
+    planned = set(dry_run_jobs(proc.stdout + proc.stderr))
     assert pending == planned
     assert any("rl/bc/seed-0" in p for p in planned) and not any("scratch" in p for p in planned)

@@ -38,10 +38,8 @@ def best_rl_run(records: Sequence[Mapping[str, Any]]) -> str | None:
     """The RL run with the highest mean held-out return among evaluation ``records`` (the first
     of equal ones, in group order), or None without RL runs."""
     best, best_return = None, -math.inf
-    for group in GROUPS:
-        for rec in records:
-            if policy_group(rec["policy"]) != group or not group.startswith("rl_"):
-                continue
+    for group in (g for g in GROUPS if g.startswith("rl_")):
+        for rec in (r for r in records if policy_group(r["policy"]) == group):
             returns = np.array([np.nan if r is None else r for r in rec["episodes"]["return"]])
             finite = returns[np.isfinite(returns)]
             mean = float(finite.mean()) if len(finite) else -math.inf

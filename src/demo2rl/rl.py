@@ -514,7 +514,16 @@ def progress_table(state_dir: str | Path) -> pd.DataFrame:
     table = pd.concat(parts, ignore_index=True)
     table = table.sort_values("time/total_timesteps", kind="stable").reset_index(drop=True)
     # SB3 orders new columns by set difference, which differs from process to process
-    first = "time/total_timesteps"
+    return _in_column_order(table, "time/total_timesteps")
+
+
+def evaluations_table(evaluations: list[dict[str, float]]) -> pd.DataFrame:
+    """The held-out evaluations of a run, one row per evaluation point, ``step`` first and the
+    rest by name (the rows of a resumed run come back from state.json with sorted keys)."""
+    return _in_column_order(pd.DataFrame(evaluations), "step")
+
+
+def _in_column_order(table: pd.DataFrame, first: str) -> pd.DataFrame:
     return table[[first, *sorted(c for c in table.columns if c != first)]]
 
 

@@ -41,7 +41,9 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from demo2rl import io, provenance
-from demo2rl.tracking_settings import Settings
+from demo2rl.tracking_settings import Settings, settings
+
+__all__ = ["Settings", "settings"]  # re-exported: defined without MLflow imports
 
 log = logging.getLogger(__name__)
 
@@ -74,16 +76,6 @@ def default_tracking_uri(results_dir: str | os.PathLike[str] = "results") -> str
 def tracking_uri(results_dir: str | os.PathLike[str] = "results") -> str:
     """``MLFLOW_TRACKING_URI`` if set, else the default store under ``results_dir``."""
     return os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri(results_dir)
-
-
-def settings(config: Mapping[str, Any]) -> Settings:
-    """The ``tracking`` slice of a workflow config, as a rule's ``params.tracking``.
-
-    A dataclass rather than the plain dict on purpose: Snakemake leaves param values of other
-    types out of its params rerun trigger, and switching ``fail_on_error`` cannot change a
-    result, so it must rerun nothing (tests/test_rerun_matrix.py checks that it does not).
-    """
-    return Settings.of(config.get("tracking"))
 
 
 def configure_http(settings: Settings) -> None:

@@ -23,3 +23,13 @@ class Settings:
         if isinstance(value, Settings):
             return value
         return cls(**(value or {}))
+
+
+def settings(config: Mapping[str, Any]) -> Settings:
+    """The ``tracking`` slice of a workflow config, as a rule's ``params.tracking``.
+
+    A dataclass rather than the plain dict on purpose: Snakemake leaves param values of other
+    types out of its params rerun trigger, and switching ``fail_on_error`` cannot change a
+    result, so it must rerun nothing (tests/test_rerun_matrix.py checks that it does not).
+    """
+    return Settings.of(config.get("tracking"))

@@ -68,12 +68,11 @@ def train_bc(
     actor = policy.make_actor(result.policy.cpu(), result.normalizer, act_space)
     expert = tasks.load_expert(task["expert"]["entry_point"], task["expert"]["kwargs"])
     heldout = evaluation.heldout_seeds(seed, eval_episodes)
-    n_envs = eval_envs
     bc_eval = evaluation.summary(
-        evaluation.evaluate(task["env_id"], task["env_kwargs"], actor, heldout, n_envs=n_envs)
+        evaluation.evaluate(task["env_id"], task["env_kwargs"], actor, heldout, n_envs=eval_envs)
     )
     expert_eval = evaluation.summary(
-        evaluation.evaluate(task["env_id"], task["env_kwargs"], expert, heldout, n_envs=n_envs)
+        evaluation.evaluate(task["env_id"], task["env_kwargs"], expert, heldout, n_envs=eval_envs)
     )
     metrics = {
         "best_epoch": result.best_epoch,

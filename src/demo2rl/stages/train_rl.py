@@ -8,8 +8,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from demo2rl import dataset, io, policy, provenance, rl, tasks
 from demo2rl.tracking import Run
 
@@ -103,8 +101,7 @@ def train_rl(
     with io.atomic_path(progress_out) as tmp:
         rl.progress_table(state_dir).to_csv(tmp, index=False)
     with io.atomic_path(evaluations_out) as tmp:
-        table = pd.DataFrame(result.evaluations)  # rows read back from state.json: keys sorted
-        table[["step", *sorted(c for c in table.columns if c != "step")]].to_csv(tmp, index=False)
+        rl.evaluations_table(result.evaluations).to_csv(tmp, index=False)
     final = result.evaluations[-1]
     run.log_metrics({f"final.{k}": v for k, v in final.items() if math.isfinite(v)})
     run.log_artifact(policy_out)
