@@ -21,7 +21,7 @@ config.update(_canonical)
 
 RESULTS = f"results/{config['experiment']}"
 SHARDS = range(config["collect"]["n_shards"])
-INITS = ["bc", "scratch"]
+INITS = config["rl"]["inits"]
 RL_SEEDS = config["rl"]["seeds"]
 ENV = {k: config["task"][k] for k in ("env_id", "env_kwargs")}
 """The task without its expert: what stages that only step the env read."""
@@ -32,21 +32,25 @@ TASK_CODE = tasks.entry_point_modules(config["task"])
 TRACKING = tracking_settings(config)
 
 
+ARM_SETTINGS = {"bc": "warm_start", "residual": "residual", "kickstart": "kickstart"}
+"""The rl section that only one arm reads."""
+
+
 def rl_inputs(wildcards):
-    """The dataset for both arms (normalisation statistics), the clone for the bc arm."""
+    """The dataset for every arm (normalisation statistics), the clone for all but scratch."""
     inputs = {"demos": f"{RESULTS}/demos/demos.h5"}
-    if wildcards.init == "bc":
+    if wildcards.init != "scratch":
         inputs["bc"] = f"{RESULTS}/bc/policy.pt"
     return inputs
 
 
 def rl_params(wildcards):
-    """The rl slice a run reads: not the seed list (adding a seed must not rerun the others),
-    not checkpoint_every (a resource), and the warm-start settings only in the bc arm.
+    """The rl slice a run reads: not the seed and arm lists (adding a seed or an arm must not
+    rerun the others), not checkpoint_every (a resource), and each arm's own section only in
+    that arm.
     """
-    skip = {"seeds", "checkpoint_every"}
-    if wildcards.init != "bc":
-        skip.add("warm_start")
+    skip = {"seeds", "inits", "checkpoint_every"}
+    skip |= {s for arm, s in ARM_SETTINGS.items() if arm != wildcards.init}
     return {k: v for k, v in config["rl"].items() if k not in skip}
 
 

@@ -100,6 +100,7 @@ SPECIAL_VALUES: dict[str, Any] = {
     "task.expert.kwargs": {"margin": 0.6},
     "policy.net_arch": [32, 32],
     "rl.seeds": [0, 1],
+    "rl.inits": ["bc", "residual", "scratch"],  # an arm fewer: only what compares the arms reruns
 }
 """Changed values where the schema's type alone does not give a valid one."""
 

@@ -41,6 +41,7 @@ import yaml
 from conftest import REPO, TEST_CONFIG, snakemake
 
 from demo2rl import dataset
+from demo2rl.groups import ARMS
 
 pytestmark = pytest.mark.integration
 CONFIG = yaml.safe_load(TEST_CONFIG.read_text())
@@ -132,7 +133,7 @@ def test_two_fresh_runs_give_identical_results(tree, test_workflow):
     hashes = [dataset.read(p / "demos" / "demos.h5").attrs["content_hash"] for p in (a, b)]
     assert hashes[0] == hashes[1]
     for rel in ["bc/policy.pt"] + [
-        f"rl/{init}/seed-{s}/policy.pt" for init in ("bc", "scratch") for s in CONFIG["rl"]["seeds"]
+        f"rl/{init}/seed-{s}/policy.pt" for init in ARMS for s in CONFIG["rl"]["seeds"]
     ]:
         sa, sb = (torch.load(p / rel, weights_only=True)["state_dict"] for p in (a, b))
         for key in sa:
@@ -173,7 +174,7 @@ def test_dataset_hash_does_not_depend_on_the_number_of_shards(tree, test_workflo
 # --------------------------------------------------------------------------------------------
 # executed reruns, compared bit for bit with the fresh run of the test config in `tree`
 
-INITS = ("bc", "scratch")
+INITS = ARMS
 SEEDS = CONFIG["rl"]["seeds"]
 RL_RUNS = [f"rl/{init}/seed-{seed}" for init in INITS for seed in SEEDS]
 POLICIES = [f"{run_dir}/policy.pt" for run_dir in RL_RUNS]
@@ -325,7 +326,7 @@ def test_rl_learning_rate_change_discards_the_stale_state(at_base, tree):
     """The case that went wrong: the rerun resumed the other run's state, and kept its weights."""
     rerun(at_base, changed("rl.ppo.learning_rate", 1e-3), POLICIES, RL_ONLY)
     assert_changed(results_of(at_base), results_of(tree), POLICIES)
-    change_back(at_base, tree, RL_ONLY, {"bc": {"config"}, "scratch": {"config"}})
+    change_back(at_base, tree, RL_ONLY, {key: {"config"} for key in ARMS})
 
 
 def test_doubled_rl_budget(at_base, tree):
@@ -333,7 +334,7 @@ def test_doubled_rl_budget(at_base, tree):
     half = changed("rl.total_timesteps", CONFIG["rl"]["total_timesteps"] // 2)
     rerun(at_base, half, POLICIES, RL_ONLY)
     assert_changed(results_of(at_base), results_of(tree), POLICIES)
-    change_back(at_base, tree, RL_ONLY, {"bc": {"config"}, "scratch": {"config"}})
+    change_back(at_base, tree, RL_ONLY, {key: {"config"} for key in ARMS})
 
 
 def test_halved_rl_budget(at_base, tree):
@@ -341,11 +342,12 @@ def test_halved_rl_budget(at_base, tree):
     doubled = changed("rl.total_timesteps", 2 * CONFIG["rl"]["total_timesteps"])
     rerun(at_base, doubled, POLICIES, RL_ONLY)
     assert_changed(results_of(at_base), results_of(tree), POLICIES)
-    change_back(at_base, tree, RL_ONLY, {"bc": {"config"}, "scratch": {"config"}})
+    change_back(at_base, tree, RL_ONLY, {key: {"config"} for key in ARMS})
 
 
 def test_bc_learning_rate_reruns_bc_and_the_warm_started_arm_only(at_base, tree):
-    """The clone changes, so does the bc arm (its key's input); the scratch arm is left alone."""
+    """The clone changes, so do the arms that use it (their key's input); the scratch arm is
+    left alone."""
     scratch_arm = [
         *UPSTREAM,
         *EXPERT,
@@ -355,9 +357,10 @@ def test_bc_learning_rate_reruns_bc_and_the_warm_started_arm_only(at_base, tree)
         "logs/evaluate/rl-scratch-*",
     ]
     rerun(at_base, changed("bc.learning_rate", 5e-4), POLICIES, scratch_arm)
-    bc_arm = ["bc/policy.pt", *(f"rl/bc/seed-{seed}/policy.pt" for seed in SEEDS)]
-    assert_changed(results_of(at_base), results_of(tree), bc_arm)
-    change_back(at_base, tree, scratch_arm, {"bc": {"inputs.bc"}})
+    demo_arms = [arm for arm in ARMS if arm != "scratch"]
+    clone_users = [f"rl/{arm}/seed-{seed}/policy.pt" for arm in demo_arms for seed in SEEDS]
+    assert_changed(results_of(at_base), results_of(tree), ["bc/policy.pt", *clone_users])
+    change_back(at_base, tree, scratch_arm, {key: {"inputs.bc"} for key in demo_arms})
 
 
 def test_four_more_episodes_rerun_everything_downstream(at_base, tree):
@@ -367,7 +370,7 @@ def test_four_more_episodes_rerun_everything_downstream(at_base, tree):
     results, reference = results_of(at_base), results_of(tree)
     assert comparable(results / "demos/demos.h5") != comparable(reference / "demos/demos.h5")
     assert_changed(results, reference, ["bc/policy.pt", *POLICIES])
-    parts = {"bc": {"inputs.bc", "inputs.demos"}, "scratch": {"inputs.demos"}}
+    parts = {arm: {"inputs.bc", "inputs.demos"} for arm in ARMS} | {"scratch": {"inputs.demos"}}
     change_back(at_base, tree, EXPERT, parts)
 
 
@@ -382,4 +385,4 @@ def test_rl_code_edit_and_its_revert(at_base, tree):
     finally:
         rl_py.write_text(original)
     assert_changed(results_of(at_base), results_of(tree), POLICIES)
-    change_back(at_base, tree, RL_ONLY, {"bc": {"code"}, "scratch": {"code"}})
+    change_back(at_base, tree, RL_ONLY, {key: {"code"} for key in ARMS})

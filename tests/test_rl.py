@@ -1,4 +1,5 @@
-"""PPO from the clone and from scratch: warm start, first update, resume, determinism, errors."""
+"""PPO in every arm (warm start, residual, kickstart, scratch): how each starts, its guide term,
+resume, determinism, errors."""
 
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ RL_CFG = {
     "eval_every": 1024,
     "ppo": {"n_steps": 64, "batch_size": 256, "n_epochs": 2, "learning_rate": 3e-4},
     "warm_start": {"critic_warmup_steps": 512, "log_std": None, "bc_coef": 0.0, "bc_decay": 0.5},
+    "residual": {"log_std": -0.5},
+    "kickstart": {"coef": 1.0, "decay": 0.5},
 }
 EVAL_EPISODES = 8
 """Held-out episodes of each evaluation during training (``evaluate.during_training``)."""
@@ -82,7 +85,7 @@ def train(
         env_kwargs=ENV_KWARGS,
         init=init,
         demos_path=demos,
-        bc_checkpoint=clone if init == "bc" else None,
+        bc_checkpoint=None if init == "scratch" else clone,
         policy_cfg=POLICY_CFG,
         rl_cfg=rl_cfg,
         base_seed=0,
@@ -108,25 +111,134 @@ def same_weights(a: torch.nn.Module, b: torch.nn.Module) -> None:
         assert torch.equal(value, sb[name]), name
 
 
-def test_warm_start_reproduces_the_clone_exactly(demos_and_clone):
-    demos_path, clone = demos_and_clone
-    demos = dataset.read(demos_path)
+@pytest.fixture(scope="module")
+def clone_env(demos_and_clone):
+    """The clone, its normaliser, the task's action space and a training env (normalised)."""
+    _, clone_path = demos_and_clone
     env_probe = vec.make_vec_env(ENV_ID, ENV_KWARGS, 1, "native")
     obs_space, act_space = env_probe.observation_space, env_probe.action_space
-    bc_policy, normalizer, _ = policy.load_checkpoint(clone, obs_space, act_space, POLICY_CFG)
+    env_probe.close()
+    clone, normalizer, _ = policy.load_checkpoint(clone_path, obs_space, act_space, POLICY_CFG)
     env = rl.make_training_env(ENV_ID, ENV_KWARGS, RL_CFG, normalizer, n_workers=1)
-    model = rl.new_model(env, POLICY_CFG, RL_CFG["ppo"], seed=3, bc_policy=bc_policy)
-    raw = demos.steps["observations"][:500]
-    clone_actions = policy.make_actor(bc_policy, normalizer, act_space)(raw)
+    yield clone, normalizer, act_space, env
+    env.close()
+
+
+def build(init: str, clone_env, rl_cfg: dict | None = None, seed: int = 3) -> rl.GuidedPPO:
+    clone, _, _, env = clone_env
+    model, _ = rl.build_model(
+        init,
+        env,
+        policy_cfg=POLICY_CFG,
+        rl_cfg=rl_cfg or RL_CFG,
+        clone=clone,
+        demos=lambda: pytest.fail("no demonstration term in this config"),
+        seed=seed,
+    )
+    return model
+
+
+def test_warm_start_reproduces_the_clone_exactly(demos_and_clone, clone_env):
+    clone, normalizer, act_space, env = clone_env
+    raw = dataset.read(demos_and_clone[0]).steps["observations"][:500]
+    model = build("bc", clone_env)
+    clone_actions = policy.make_actor(clone, normalizer, act_space)(raw)
     ppo_actions, _ = model.predict(env.normalize_obs(raw), deterministic=True)
     np.testing.assert_array_equal(np.clip(ppo_actions, -1, 1), clone_actions)
-    assert torch.equal(model.policy.log_std, bc_policy.log_std)
-    with torch.no_grad():
-        model_ls = rl.new_model(
-            env, POLICY_CFG, RL_CFG["ppo"], seed=3, bc_policy=bc_policy, log_std=-0.5
-        )
-    assert torch.all(model_ls.policy.log_std == -0.5)
-    env.close()
+    assert torch.equal(model.policy.log_std, clone.log_std)
+    warm = RL_CFG["warm_start"] | {"log_std": -0.5}
+    assert torch.all(build("bc", clone_env, RL_CFG | {"warm_start": warm}).policy.log_std == -0.5)
+
+
+def test_residual_arm_starts_at_the_clone_and_keeps_it_frozen(demos_and_clone, clone_env):
+    clone, normalizer, act_space, _ = clone_env
+    raw = dataset.read(demos_and_clone[0]).steps["observations"][:500]
+    model = build("residual", clone_env)
+    assert isinstance(model.policy, policy.ResidualPolicy)
+    assert torch.all(model.policy.log_std == RL_CFG["residual"]["log_std"])
+    # the correction starts near zero (SB3's action layer gain 0.01): the clone's actions
+    clone_actions = policy.make_actor(clone, normalizer, act_space)(raw)
+    start_actions = policy.make_actor(model.policy, normalizer, act_space)(raw)
+    assert np.abs(start_actions - clone_actions).max() < 0.05
+    # the base is frozen: not in the optimiser, no gradient
+    base = list(model.policy.base.parameters())
+    optimised = {id(p) for group in model.policy.optimizer.param_groups for p in group["params"]}
+    assert base and not any(p.requires_grad or id(p) in optimised for p in base)
+    before = {k: v.clone() for k, v in model.policy.state_dict().items()}
+    model.learn(1024)
+    after = model.policy.state_dict()
+    for name, value in before.items():
+        changed = not torch.equal(value, after[name])
+        assert changed != name.startswith("base."), f"{name}: changed={changed}"
+
+
+def test_residual_checkpoint_loads_and_acts_like_the_trained_policy(
+    demos_and_clone, clone_env, tmp_path
+):
+    _, _, act_space, env = clone_env
+    raw = dataset.read(demos_and_clone[0]).steps["observations"][:300]
+    result = train(demos_and_clone, tmp_path / "state", init="residual", total_timesteps=1024)
+    policy.save_checkpoint(
+        tmp_path / "rl.pt",
+        result.model.policy,
+        result.normalizer,
+        policy_cfg=POLICY_CFG,
+        observation_space=env.observation_space,
+        action_space=act_space,
+        meta={},
+    )
+    loaded, loaded_norm, ckpt = policy.load_checkpoint(
+        tmp_path / "rl.pt", env.observation_space, act_space
+    )  # as the evaluate stage does: the network (and its base) from the checkpoint
+    assert isinstance(loaded, policy.ResidualPolicy)
+    assert ckpt["residual_base"] == {"net_arch": [64, 64], "activation": "tanh"}
+    same_weights(loaded, result.model.policy)
+    np.testing.assert_array_equal(
+        policy.make_actor(loaded, loaded_norm, act_space)(raw),
+        policy.make_actor(result.model.policy, result.normalizer, act_space)(raw),
+    )
+
+
+def test_guide_term_trains_the_mean_never_the_log_std(clone_env):
+    clone, _, _, env = clone_env
+    obs = torch.as_tensor(env.reset())
+    for module in (clone, build("residual", clone_env).policy):
+        module.zero_grad()
+        policy.mean_actions(module, obs).pow(2).sum().backward()
+        assert module.log_std.grad is None
+        assert module.action_net.weight.grad.abs().sum() > 0
+
+
+def test_kickstart_pulls_a_fresh_policy_towards_the_clone_then_fades(
+    demos_and_clone, clone_env, tmp_path
+):
+    clone, _, _, env = clone_env
+    states = torch.as_tensor(
+        env.normalize_obs(dataset.read(demos_and_clone[0]).steps["observations"][:2000])
+    )
+
+    def gap(module) -> float:
+        with torch.no_grad():
+            diff = policy.mean_actions(module, states) - policy.mean_actions(clone, states)
+        return float(diff.pow(2).sum(-1).mean())
+
+    fresh = build("kickstart", clone_env)
+    assert gap(fresh.policy) > 0.1, "a kickstarted policy starts fresh, not as the clone"
+    # enough optimiser steps per update to see the pull (80 here, 80 in the default config)
+    ppo = RL_CFG["ppo"] | {"batch_size": 64, "n_epochs": 10, "learning_rate": 1e-3}
+    kw = {"total_timesteps": 2048, "ppo": ppo}
+    kicked = train(demos_and_clone, tmp_path / "kick", init="kickstart", **kw)
+    plain = train(demos_and_clone, tmp_path / "scratch", init="scratch", **kw)
+    assert gap(kicked.model.policy) < 0.8 * gap(plain.model.policy)
+    # the weight falls linearly from coef at step 0 to 0 at decay x budget, by the env steps
+    # before each update's rollout (512 env steps per rollout here; SB3 writes an update's
+    # metrics in the row of the rollout after it)
+    table = rl.progress_table(tmp_path / "kick")
+    rows = table.dropna(subset=["train/guide_weight"])
+    starts = rows["time/total_timesteps"] - 2 * 512
+    np.testing.assert_allclose(rows["train/guide_weight"], 1.0 - starts / 1024)
+    assert list(starts) == [0, 512]  # no guide once the weight is 0
+    assert "train/guide_weight" not in rl.progress_table(tmp_path / "scratch")
 
 
 def test_first_update_stays_close_to_the_clone(demos_and_clone, tmp_path):
@@ -146,28 +258,43 @@ def test_same_seed_gives_the_same_policy(demos_and_clone, tmp_path):
     assert pd.DataFrame(a.evaluations).equals(pd.DataFrame(b.evaluations))  # NaN-aware
 
 
-def test_worker_processes_do_not_change_results(demos_and_clone, tmp_path):
+def test_demonstration_term_starts_after_the_critic_warm_up(demos_and_clone, tmp_path):
+    warm = RL_CFG["warm_start"] | {"critic_warmup_steps": 1024, "bc_coef": 0.5, "bc_decay": 1.0}
+    result = train(demos_and_clone, tmp_path, warm_start=warm, total_timesteps=2560)
+    assert result.timesteps == 2560
+    rows = rl.progress_table(tmp_path).dropna(subset=["train/guide_weight"])
+    starts = rows["time/total_timesteps"] - 2 * 512  # see the kickstart test
+    # the actor learns (and is guided) after the warm-up; SB3 logs the last update of a run
+    # with the next rollout, which never comes
+    assert list(starts) == [1024, 1536]
+    np.testing.assert_allclose(rows["train/guide_weight"], 0.5 * (1 - starts / 2560))
+    assert (rows["train/guide_mse"] > 0).all()
+
+
+@pytest.mark.parametrize("init", ["scratch", "residual", "kickstart"])
+def test_worker_processes_do_not_change_results(demos_and_clone, tmp_path, init):
     kw = {"vec_env": "subproc", "total_timesteps": 1024, "n_envs": 4}
-    one = train(demos_and_clone, tmp_path / "one", init="scratch", threads=1, **kw)
-    two = train(demos_and_clone, tmp_path / "two", init="scratch", threads=2, **kw)
-    dummy = train(demos_and_clone, tmp_path / "dummy", init="scratch", **kw | {"vec_env": "dummy"})
+    one = train(demos_and_clone, tmp_path / "one", init=init, threads=1, **kw)
+    two = train(demos_and_clone, tmp_path / "two", init=init, threads=2, **kw)
+    dummy = train(demos_and_clone, tmp_path / "dummy", init=init, **kw | {"vec_env": "dummy"})
     for key, value in one.model.policy.state_dict().items():
         assert torch.equal(value, two.model.policy.state_dict()[key]), key
         assert torch.equal(value, dummy.model.policy.state_dict()[key]), key
 
 
-def _train_in_child(demos_and_clone, state_dir, total):  # runs in a forked process
+def _train_in_child(demos_and_clone, state_dir, total, init):  # runs in a forked process
     try:
-        train(demos_and_clone, state_dir, total_timesteps=total, checkpoint_every=1024)
+        train(demos_and_clone, state_dir, init, total_timesteps=total, checkpoint_every=1024)
     except rl.Preempted:
         os._exit(rl.PREEMPTED_EXIT_CODE)
     os._exit(0)
 
 
-def test_sigterm_checkpoints_and_a_rerun_resumes_to_the_budget(demos_and_clone, tmp_path):
+@pytest.mark.parametrize("init", ["bc", "residual", "kickstart"])
+def test_sigterm_checkpoints_and_a_rerun_resumes_to_the_budget(demos_and_clone, tmp_path, init):
     total = 40_000
     child = mp.get_context("fork").Process(
-        target=_train_in_child, args=(demos_and_clone, tmp_path, total)
+        target=_train_in_child, args=(demos_and_clone, tmp_path, total, init)
     )
     child.start()
     state = tmp_path / "state.json"
@@ -187,9 +314,9 @@ def test_sigterm_checkpoints_and_a_rerun_resumes_to_the_budget(demos_and_clone, 
         rl.STATE,
     ]
     assert json.loads((tmp_path / rl.KEY).read_text()) == key_of(
-        "bc", RL_CFG | {"total_timesteps": total}
+        init, RL_CFG | {"total_timesteps": total}
     )
-    result = train(demos_and_clone, tmp_path, total_timesteps=total, checkpoint_every=1024)
+    result = train(demos_and_clone, tmp_path, init, total_timesteps=total, checkpoint_every=1024)
     assert result.resumed == 1
     assert result.timesteps >= total
     table = rl.progress_table(tmp_path)

@@ -19,6 +19,7 @@ import yaml
 from conftest import TEST_CONFIG, snakemake
 
 from demo2rl import dataset
+from demo2rl.groups import ARMS
 
 pytestmark = pytest.mark.integration
 CONFIG = yaml.safe_load(TEST_CONFIG.read_text())
@@ -73,15 +74,15 @@ def test_outputs_are_identical(test_workflow: Path, rerun_with_other_speed_setti
     hashes = {p: dataset.read_attrs(p / "demos" / "demos.h5")["content_hash"] for p in (a, b)}
     assert hashes[a] == hashes[b]
     checkpoints = ["bc/policy.pt"]
-    checkpoints += [f"rl/{i}/seed-{s}/policy.pt" for i in ("bc", "scratch") for s in [0]]
+    checkpoints += [f"rl/{i}/seed-{s}/policy.pt" for i in ARMS for s in [0]]
     for rel in checkpoints:
         sa, sb = (torch.load(p / rel, weights_only=True)["state_dict"] for p in (a, b))
         assert sa.keys() == sb.keys()
         for key in sa:
             assert torch.equal(sa[key], sb[key]), f"{rel}: {key} differs"
-    for rel in [f"rl/{i}/seed-0/{f}" for i in ("bc", "scratch") for f in ("evaluations.csv",)]:
+    for rel in [f"rl/{i}/seed-0/{f}" for i in ARMS for f in ("evaluations.csv",)]:
         pd.testing.assert_frame_equal(pd.read_csv(a / rel), pd.read_csv(b / rel))
-    for init in ("bc", "scratch"):
+    for init in ARMS:
         rel = f"rl/{init}/seed-0/progress.csv"
         ta, tb = (pd.read_csv(p / rel).drop(columns=list(WALL_CLOCK)) for p in (a, b))
         pd.testing.assert_frame_equal(ta, tb)

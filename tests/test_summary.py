@@ -114,6 +114,8 @@ def test_curve_band_averages_runs_on_a_common_step_grid():
         ("expert", "expert"),
         ("bc", "bc"),
         ("rl-bc-seed0", "rl_bc"),
+        ("rl-residual-seed3", "rl_residual"),
+        ("rl-kickstart-seed1", "rl_kickstart"),
         ("rl-scratch-seed12", "rl_scratch"),
     ],
 )
@@ -124,6 +126,34 @@ def test_policy_groups(name, group):
 def test_summary_reexports_the_groups():
     assert summary.GROUPS is groups.GROUPS and summary.LABELS is groups.LABELS
     assert summary.policy_group is groups.policy_group
+
+
+def test_every_demo_arm_is_compared_with_scratch_and_the_clone():
+    everything = list(groups.GROUPS)
+    assert groups.comparisons(everything) == [
+        ("rl_bc", "rl_scratch"),
+        ("rl_residual", "rl_scratch"),
+        ("rl_kickstart", "rl_scratch"),
+        ("rl_bc", "bc"),
+        ("rl_residual", "bc"),
+        ("rl_kickstart", "bc"),
+        ("rl_scratch", "bc"),
+    ]
+    # any set of arms: only the pairs whose groups exist
+    assert groups.comparisons(["expert", "bc", "rl_residual", "rl_scratch"]) == [
+        ("rl_residual", "rl_scratch"),
+        ("rl_residual", "bc"),
+        ("rl_scratch", "bc"),
+    ]
+    assert groups.comparisons(["expert", "bc", "rl_kickstart"]) == [("rl_kickstart", "bc")]
+
+
+def test_steps_to_reach_a_level():
+    band = {"step": [0, 10, 20, 30], "mean": [1.0, 4.0, 3.0, 6.0]}
+    assert summary.steps_to_reach(band, 4.0) == 10
+    assert summary.steps_to_reach(band, 5.0) == 30
+    assert summary.steps_to_reach(band, 0.5) == 0
+    assert summary.steps_to_reach(band, 7.0) is None
 
 
 def test_unknown_policy_name_is_an_error():
@@ -149,7 +179,8 @@ def test_summary_of_records_without_task_metrics():
     assert out["best_rl"] == "rl-bc-seed1"
     assert out["probability_of_improvement"]["rl_bc_vs_rl_scratch"]["probability"] == 1.0
     md = summary.markdown(out, {"Learning curves": "plots/learning_curves.png"})
-    assert "| RL from BC | 2 | 96.0 [" in md and "P(RL from BC > RL from scratch) = 1.00" in md
+    assert "| RL warm-started from BC | 2 | 96.0 [" in md
+    assert "P(RL warm-started from BC > RL from scratch) = 1.00" in md
     assert "![Learning curves](plots/learning_curves.png)" in md
     tables = summary.tables(out)
     assert [r["group"] for r in tables["policies"]] == list(out["groups"])
@@ -248,7 +279,7 @@ def returns_matrix(evals: dict[str, dict], group: str) -> np.ndarray:
 def test_every_policy_is_evaluated_on_the_heldout_tracks(test_workflow: Path):
     evals = load_evals(test_workflow)
     expected = {"expert", "bc"} | {
-        f"rl-{init}-seed{s}" for init in ("bc", "scratch") for s in CONFIG["rl"]["seeds"]
+        f"rl-{init}-seed{s}" for init in groups.ARMS for s in CONFIG["rl"]["seeds"]
     }
     assert set(evals) == expected
     heldout = evaluation.heldout_seeds(CONFIG["seed"], CONFIG["evaluate"]["episodes"])
@@ -305,7 +336,14 @@ def test_summary_numbers_recomputed_from_the_evaluation_jsons(test_workflow: Pat
         x, y = returns_matrix(evals, c["x"]), returns_matrix(evals, c["y"])
         assert c["probability"] == pytest.approx(float(rly.probability_of_improvement(x, y)))
         assert 0 <= c["ci"][0] <= c["probability"] <= c["ci"][1] <= 1
-    assert "rl_bc_vs_rl_scratch" in out["probability_of_improvement"]
+    assert [(c["x"], c["y"]) for c in out["probability_of_improvement"].values()] == (
+        groups.comparisons(summary.GROUPS)
+    )
+    # steps to the expert's return: the first point of each arm's mean curve at its level
+    expert_level = out["curve_levels"]["expert"]
+    for group, band in out["learning_curves"].items():
+        reached = [s for s, v in zip(band["step"], band["mean"], strict=True) if v >= expert_level]
+        assert out["steps_to_expert"][group] == (reached[0] if reached else None)
     rl_means = {n: np.mean(r["episodes"]["return"]) for n, r in evals.items() if "-seed" in n}
     assert out["best_rl"] == max(rl_means, key=rl_means.get)
     # the CSV tables hold the same numbers

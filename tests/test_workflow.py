@@ -11,6 +11,7 @@ import yaml
 from conftest import REPO, TEST_CONFIG, snakemake
 
 from demo2rl import dataset, seeds
+from demo2rl.groups import ARMS
 
 pytestmark = pytest.mark.integration
 CONFIG = yaml.safe_load(TEST_CONFIG.read_text())
@@ -62,7 +63,7 @@ def test_mlflow_has_a_parent_run_and_a_child_per_job(test_workflow: Path):
     assert parent.data.params["collect.n_episodes"] == str(CONFIG["collect"]["n_episodes"])
     children = {r.info.run_name: r for r in all_runs if r is not parent}
     shards = [f"collect-shard{k}" for k in range(CONFIG["collect"]["n_shards"])]
-    rl_runs = [f"rl-{init}-seed{s}" for init in ("bc", "scratch") for s in CONFIG["rl"]["seeds"]]
+    rl_runs = [f"rl-{init}-seed{s}" for init in ARMS for s in CONFIG["rl"]["seeds"]]
     evals = [f"eval-{name}" for name in ("expert", "bc", *rl_runs)]
     plots = ["plot-bc", "plot-summary", "plot-racing"]  # the figures: jobs of their own
     assert {*shards, "merge-demos", "bc", *rl_runs, *evals, "summarize", *plots} == set(children)

@@ -1,7 +1,8 @@
 """The evaluated policies' names and the groups they are compared in.
 
-``expert``, ``bc`` (the behaviour clone), and ``rl-<init>-seed<s>`` for each RL run, grouped by
-arm as ``rl_<init>``.
+``expert``, ``bc`` (the behaviour clone), and ``rl-<arm>-seed<s>`` for each RL run, grouped by
+arm as ``rl_<arm>``. The arms (the ``init`` of an RL run, see :mod:`demo2rl.rl`) are
+:data:`ARMS`; ``scratch`` is the control every demo-guided arm is compared with.
 """
 
 from __future__ import annotations
@@ -13,15 +14,20 @@ from typing import Any
 
 import numpy as np
 
-GROUPS = ("expert", "bc", "rl_bc", "rl_scratch")
+ARMS = ("bc", "residual", "kickstart", "scratch")
+"""The RL arms: how a run uses the demonstrations (``scratch``: not at all, the control)."""
+CONTROL = "scratch"
+GROUPS = ("expert", "bc", *(f"rl_{arm}" for arm in ARMS))
 """Policy groups, in the order of every table and plot."""
 LABELS = {
     "expert": "expert",
     "bc": "behaviour clone",
-    "rl_bc": "RL from BC",
+    "rl_bc": "RL warm-started from BC",
+    "rl_residual": "residual RL on BC",
+    "rl_kickstart": "RL kickstarted by BC",
     "rl_scratch": "RL from scratch",
 }
-RL_NAME = re.compile(r"rl-(bc|scratch)-seed(\d+)")
+RL_NAME = re.compile(rf"rl-({'|'.join(ARMS)})-seed(\d+)")
 
 
 def policy_group(name: str) -> str:
@@ -30,8 +36,18 @@ def policy_group(name: str) -> str:
         return name
     match = RL_NAME.fullmatch(name)
     if not match:
-        raise ValueError(f"unknown policy name {name!r} (expert, bc, rl-<bc|scratch>-seed<N>)")
+        arms = "|".join(ARMS)
+        raise ValueError(f"unknown policy name {name!r} (expert, bc, rl-<{arms}>-seed<N>)")
     return f"rl_{match.group(1)}"
+
+
+def comparisons(groups: Sequence[str]) -> list[tuple[str, str]]:
+    """The pairs (X, Y) whose P(X > Y) is reported, among ``groups``: every demo-guided arm
+    against RL from scratch (the headline) and against the clone, and scratch against the clone."""
+    control = f"rl_{CONTROL}"
+    arms = [g for g in GROUPS if g.startswith("rl_") and g != control and g in groups]
+    pairs = [(a, control) for a in arms] + [(a, "bc") for a in arms] + [(control, "bc")]
+    return [(x, y) for x, y in pairs if x in groups and y in groups]
 
 
 def best_rl_run(records: Sequence[Mapping[str, Any]]) -> str | None:

@@ -40,6 +40,7 @@ import numpy as np
 import torch
 from gymnasium.wrappers.utils import rescale_box
 from stable_baselines3.common.policies import ActorCriticPolicy
+from stable_baselines3.common.preprocessing import get_action_dim
 from stable_baselines3.common.utils import ConstantSchedule
 from torch import nn
 
@@ -167,9 +168,14 @@ def scale_actions(actions: np.ndarray, action_space: gym.Space) -> np.ndarray:
 
 
 def build_policy(
-    observation_space: gym.Space, action_space: gym.Space, policy_cfg: Mapping[str, Any]
+    observation_space: gym.Space,
+    action_space: gym.Space,
+    policy_cfg: Mapping[str, Any],
+    residual_base: Mapping[str, Any] | None = None,
 ) -> ActorCriticPolicy:
-    """The ``ActorCriticPolicy`` PPO's ``MlpPolicy`` builds for this config (on the CPU).
+    """The ``ActorCriticPolicy`` PPO's ``MlpPolicy`` builds for this config (on the CPU); with
+    ``residual_base`` (a :attr:`ResidualPolicy.base_spec`) the :class:`ResidualPolicy` PPO's
+    residual arm trains.
 
     ``action_space`` is the env's; the network acts in :func:`policy_action_space`. Weights are
     initialised from torch's global generator (seed it, or use ``torch.random.fork_rng``), with
@@ -177,16 +183,95 @@ def build_policy(
     """
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the orthogonal init's QR rounds differently with more threads
+    kwargs = sb3_policy_kwargs(policy_cfg)
+    if residual_base is not None:
+        kwargs["base_spec"] = residual_base
     try:
-        return ActorCriticPolicy(
+        return (ActorCriticPolicy if residual_base is None else ResidualPolicy)(
             observation_space,
             policy_action_space(action_space),
             ConstantSchedule(0.0),  # BC and PPO each make their own optimiser
             use_sde=False,
-            **sb3_policy_kwargs(policy_cfg),
+            **kwargs,
         )
     finally:
         torch.set_num_threads(threads)
+
+
+class ResidualPolicy(ActorCriticPolicy):
+    """An actor-critic whose Gaussian mean is a frozen base actor's mean plus a learned correction.
+
+    The base is another policy's actor (its hidden layers and action layer, e.g. the behaviour
+    clone's), copied in with :meth:`set_base` and never trained: its weights are part of the
+    state dict (a checkpoint carries its base) but not of the optimiser. Everything else is
+    SB3's ``MlpPolicy``: the critic, the state-independent log-std, and the correction network,
+    whose action layer SB3 initialises with gain 0.01, so a fresh residual policy acts (almost)
+    exactly like its base. Shifting the Gaussian by the base's mean is residual policy learning
+    (Silver et al. 2018, Johannink et al. 2019) with the correction's exploration noise; PPO's
+    ratios and the entropy are those of the shifted Gaussian. Box actions only.
+    """
+
+    def __init__(self, *args: Any, base_spec: Mapping[str, Any], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)  # builds the optimiser: the base is added after it
+        if not isinstance(self.action_space, gym.spaces.Box):
+            raise ValueError(f"a residual policy needs Box actions, not {self.action_space}")
+        self.base_spec = {
+            "net_arch": [int(n) for n in base_spec["net_arch"]],
+            "activation": str(base_spec["activation"]),
+        }
+        layers: list[nn.Module] = []
+        width = self.features_dim
+        for n in self.base_spec["net_arch"]:
+            layers += [nn.Linear(width, n), ACTIVATIONS[self.base_spec["activation"]]()]
+            width = n
+        layers.append(nn.Linear(width, get_action_dim(self.action_space)))
+        self.base = nn.Sequential(*layers).requires_grad_(False)
+
+    def set_base(self, policy: ActorCriticPolicy) -> None:
+        """Copy ``policy``'s actor (hidden layers and action layer) into the frozen base."""
+        hidden = policy.mlp_extractor.policy_net.state_dict()
+        head = {f"{len(self.base) - 1}.{k}": v for k, v in policy.action_net.state_dict().items()}
+        self.base.load_state_dict(hidden | head, strict=True)
+
+    def _distribution_and_values(self, obs: torch.Tensor) -> tuple[Any, torch.Tensor]:
+        features = self.extract_features(obs)
+        latent_pi, latent_vf = self.mlp_extractor(features)
+        mean = self.base(features) + self.action_net(latent_pi)
+        return self.action_dist.proba_distribution(mean, self.log_std), self.value_net(latent_vf)
+
+    def forward(
+        self, obs: torch.Tensor, deterministic: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        dist, values = self._distribution_and_values(obs)
+        actions = dist.get_actions(deterministic=deterministic)
+        return actions.reshape((-1, *self.action_space.shape)), values, dist.log_prob(actions)
+
+    def evaluate_actions(
+        self, obs: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        dist, values = self._distribution_and_values(obs)
+        return values, dist.log_prob(actions), dist.entropy()
+
+    def get_distribution(self, obs: torch.Tensor) -> Any:
+        return self._distribution_and_values(obs)[0]
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        return super()._get_constructor_parameters() | {"base_spec": self.base_spec}
+
+
+def actor_spec(policy: ActorCriticPolicy) -> dict[str, Any]:
+    """The ``base_spec`` of a :class:`ResidualPolicy` whose base is ``policy``'s actor: the
+    sizes of its hidden layers and their activation."""
+    layers = list(policy.mlp_extractor.policy_net)
+    sizes = [m.out_features for m in layers if isinstance(m, nn.Linear)]
+    kinds = {type(m) for m in layers if not isinstance(m, nn.Linear)}
+    names = [name for name, kind in ACTIVATIONS.items() if {kind} == kinds]
+    return {"net_arch": sizes, "activation": names[0] if names else "tanh"}
+
+
+def mean_actions(policy: ActorCriticPolicy, obs: torch.Tensor) -> torch.Tensor:
+    """The mean of a Gaussian policy's actions for a batch of (normalised) observations."""
+    return policy.get_distribution(obs).distribution.mean
 
 
 def space_from_description(desc: Mapping[str, Any]) -> gym.Space:
@@ -375,6 +460,7 @@ def save_checkpoint(
         "action_space": describe_space(action_space),
         "normalizer": normalizer.to_dict(),
         "meta": meta_out,
+        "residual_base": policy.base_spec if isinstance(policy, ResidualPolicy) else None,
     }
     with atomic_path(path) as tmp:
         torch.save(checkpoint, tmp)
@@ -416,7 +502,7 @@ def load_checkpoint(
     problem = _architecture_mismatch(ckpt["policy_cfg"], cfg)
     if problem:
         raise CheckpointError(path, problem)
-    policy = build_policy(observation_space, action_space, cfg)
+    policy = build_policy(observation_space, action_space, cfg, ckpt.get("residual_base"))
     try:
         policy.load_state_dict(ckpt["state_dict"], strict=True)
     except RuntimeError as err:

@@ -1,18 +1,17 @@
-"""Reinforcement learning with PPO, warm-started from the behaviour clone or from scratch.
+"""Reinforcement learning with PPO in four arms: three use the demonstrations, one does not.
 
-Both arms run the same code with the same hyperparameters and budget; only the initial weights
-differ. Everything the warm start does is a config switch (``rl.warm_start``), so its effect can be
-measured:
+Every arm is stable-baselines3's PPO with the same hyperparameters, budget, env and frozen
+observation normalisation (an SB3 ``VecNormalize`` with ``training=False``, the statistics of the
+dataset's training split, the clone's); they differ only in where the policy starts and in an
+optional guide term (see :func:`build_model`, the whole recipe in one place):
 
-* the BC checkpoint is loaded strictly into ``model.policy`` (same ``policy`` config), under the
-  same frozen observation normalisation (an SB3 ``VecNormalize`` with ``training=False``; the
-  scratch arm uses the same statistics, from the dataset's training split);
-* ``critic_warmup_steps``: the actor is frozen while the value function learns from the clone's
-  own rollouts, so the first policy updates use a sensible advantage baseline;
-* ``log_std``: the clone's learned (small) standard deviation can be raised so exploration reaches
-  beyond the expert (null keeps it);
-* ``bc_coef``/``bc_decay``: after every PPO update, steps on the BC loss over the demonstrations,
-  weighted by a coefficient that decays linearly to zero over the first ``bc_decay`` of training.
+* ``bc``, warm start: PPO starts from the clone's weights (critic warm-up with the actor frozen,
+  log-std raised to ``warm_start.log_std``, an optional demonstration term that fades);
+* ``residual``: PPO learns a correction added to the frozen clone's action
+  (:class:`demo2rl.policy.ResidualPolicy`), starting near zero;
+* ``kickstart``: a fresh policy with a fading distillation term toward the clone's actions on
+  the policy's own states (:class:`Guide`);
+* ``scratch``: a fresh policy, the control.
 
 Runs are resumable: every ``checkpoint_every`` env steps (and on SIGTERM, e.g. a SLURM preemption)
 the model and the run's state are saved atomically to a state directory beside the outputs; a
@@ -44,9 +43,10 @@ import torch
 from stable_baselines3 import PPO
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import CSVOutputFormat, KVWriter, Logger
+from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 
-from demo2rl import bc, dataset, evaluation, io, policy, seeds, tasks, vec
+from demo2rl import bc, dataset, evaluation, groups, io, policy, seeds, tasks, vec
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ PREEMPTED_EXIT_CODE = 75
 class RLResult:
     """What a finished run produced."""
 
-    model: PPO
+    model: GuidedPPO
     normalizer: policy.ObsNormalizer
     evaluations: list[dict[str, float]]
     timesteps: int
@@ -111,56 +111,77 @@ class MetricsSink(KVWriter):
 
 
 # --------------------------------------------------------------------------------------------
-# PPO with the decaying BC term
+# PPO with a decaying guide term (the bc arm's demonstration term, the kickstart arm's teacher)
 
 
-class RegularisedPPO(PPO):
-    """PPO whose every update is followed by steps on ``bc_coef(t) * BC loss`` (demonstrations).
+@dataclasses.dataclass
+class Guide:
+    """An auxiliary loss added to PPO's gradient at every optimiser step, with decaying weight:
+    ``weight(t) * mean squared distance between the policy's mean action and a target action``
+    on a minibatch of states (sampled anew for every step), ``t`` the env steps before the
+    rollout the update learns from (so the first update has weight ``coef``).
 
-    With no demonstrations attached (``set_bc_data`` not called) it is exactly SB3's PPO.
+    Two sources of (state, target) pairs: fixed ``states``/``targets`` (the demonstrations), or a
+    ``teacher`` whose mean actions on the states of the latest rollout are the targets (the
+    policy's own states: kickstarting). The loss involves the mean only, never ``log_std``, so it
+    cannot shrink exploration. The weight falls linearly from ``coef`` to 0 at ``decay`` of
+    ``total`` env steps. Its gradient is added after PPO clips its own gradient norm.
     """
 
-    bc_data: tuple[torch.Tensor, torch.Tensor] | None = None
-    bc_coef: float = 0.0
-    bc_decay: float = 0.5
-    total_budget: int = 1
+    coef: float
+    decay: float
+    total: int
+    states: torch.Tensor | None = None
+    targets: torch.Tensor | None = None
+    teacher: torch.nn.Module | None = None
 
-    def set_bc_data(
-        self, obs: torch.Tensor, actions: torch.Tensor, coef: float, decay: float, total: int
-    ) -> None:
-        self.bc_data, self.bc_coef, self.bc_decay, self.total_budget = (
-            (obs, actions),
-            coef,
-            decay,
-            total,
-        )
+    def weight(self, timesteps: int) -> float:
+        return self.coef * max(0.0, 1.0 - timesteps / (self.decay * self.total))
 
-    def current_bc_coef(self) -> float:
-        """``bc_coef`` decaying linearly to 0 at ``bc_decay`` of the budget."""
-        done = self.num_timesteps / max(1, self.total_budget)
-        return self.bc_coef * max(0.0, 1.0 - done / self.bc_decay) if self.bc_decay > 0 else 0.0
+    def pairs(self, model: PPO) -> tuple[torch.Tensor, torch.Tensor]:
+        """The (states, targets) of the coming update."""
+        if self.teacher is None:
+            assert self.states is not None and self.targets is not None
+            return self.states, self.targets
+        obs = model.rollout_buffer.observations
+        states = torch.as_tensor(obs.reshape(-1, *obs.shape[2:]), device=model.device)
+        with torch.no_grad():
+            return states, policy.mean_actions(self.teacher, states)
+
+
+class GuidedPPO(PPO):
+    """SB3's PPO, plus the gradient of a :class:`Guide` in every optimiser step while its weight
+    is positive. Without a guide it is exactly SB3's PPO."""
+
+    guide: Guide | None = None
 
     def train(self) -> None:
-        super().train()
-        coef = self.current_bc_coef()
-        if self.bc_data is None or coef <= 0:
+        rollout_start = self.num_timesteps - self.n_steps * self.n_envs  # the update's data
+        weight = self.guide.weight(rollout_start) if self.guide is not None else 0.0
+        if weight <= 0 or not self.policy.action_net.weight.requires_grad:  # (critic warm-up)
+            super().train()
             return
-        obs, actions = self.bc_data
-        steps = max(1, self.rollout_buffer.buffer_size * self.n_envs // self.batch_size)
-        nll_sum = 0.0
-        for _ in range(steps):
-            idx = torch.randint(len(obs), (self.batch_size,), device=obs.device)
-            loss, nll, _ = bc.bc_loss(self.policy, obs[idx], actions[idx])
-            self.policy.optimizer.zero_grad()
-            (coef * loss).backward()
-            torch.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
-            self.policy.optimizer.step()
-            nll_sum += float(nll)
-        self.logger.record("train/bc_coef", coef)
-        self.logger.record("train/bc_nll", nll_sum / steps)
+        assert self.guide is not None
+        states, targets = self.guide.pairs(self)
+        losses: list[float] = []
+
+        def add_guide_gradient(*_: Any) -> None:
+            rows = torch.randint(len(states), (self.batch_size,), device=states.device)
+            gap = policy.mean_actions(self.policy, states[rows]) - targets[rows]
+            loss = gap.pow(2).sum(dim=-1).mean()
+            (weight * loss).backward()
+            losses.append(float(loss.detach()))
+
+        hook = self.policy.optimizer.register_step_pre_hook(add_guide_gradient)
+        try:
+            super().train()
+        finally:
+            hook.remove()
+        self.logger.record("train/guide_weight", weight)
+        self.logger.record("train/guide_mse", float(np.mean(losses)) if losses else float("nan"))
 
     def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "bc_data"]
+        return [*super()._excluded_save_params(), "guide"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -335,35 +356,83 @@ def _rescale_wrapper(env: gym.Env) -> gym.Env:
     return gym.wrappers.RescaleAction(env, np.float32(-1.0), np.float32(1.0))
 
 
-def new_model(
+# --------------------------------------------------------------------------------------------
+# the arms: how a run uses the demonstrations (the recipe, in the order it happens)
+
+ARMS = groups.ARMS
+"""``bc``, ``residual``, ``kickstart`` (demo-guided) and ``scratch`` (the control)."""
+
+
+def build_model(
+    init: str,
     env: VecEnv,
-    policy_cfg: Mapping[str, Any],
-    ppo_cfg: Mapping[str, Any],
     *,
+    policy_cfg: Mapping[str, Any],
+    rl_cfg: Mapping[str, Any],
+    clone: ActorCriticPolicy | None,
+    demos: Callable[[], tuple[torch.Tensor, torch.Tensor]],
     seed: int,
     device: torch.device | str = "cpu",
-    bc_policy: torch.nn.Module | None = None,
-    log_std: float | None = None,
-) -> RegularisedPPO:
-    """A fresh PPO model; with ``bc_policy`` its policy is the clone's, loaded strictly.
+) -> tuple[GuidedPPO, int]:
+    """The PPO model of an arm, and the env steps of its critic warm-up (actor frozen).
 
-    ``log_std`` (not None) then replaces the clone's learned log standard deviation.
+    Every arm is SB3's PPO with ``rl.ppo``, the same budget and env; they differ in the policy
+    they start from and in a guide term (:class:`Guide`):
+
+    * ``scratch``: a freshly initialised ``MlpPolicy`` (``policy``; exploration from
+      ``policy.log_std_init``). The control.
+    * ``bc`` (warm start): the clone's weights, loaded strictly; its log-std set to
+      ``warm_start.log_std`` (the clone's own is tiny); then ``warm_start.critic_warmup_steps``
+      env steps in which only the critic learns, on the clone's own rollouts; optionally a
+      demonstration guide (``bc_coef`` decaying over ``bc_decay``: DAPG-like).
+    * ``residual``: a fresh :class:`demo2rl.policy.ResidualPolicy` whose action is the frozen
+      clone's mean plus a correction that starts near 0 (so the arm starts at the clone's
+      return) and explores from ``residual.log_std``.
+    * ``kickstart``: a fresh ``MlpPolicy`` with a teacher guide: the squared distance of its mean
+      action to the clone's on its own rollout states, weight ``kickstart.coef`` decaying to 0
+      over ``kickstart.decay`` of the budget (Schmitt et al. 2018).
+
+    ``clone`` (the behaviour clone, in normalised observations) is needed by every arm but
+    scratch; ``demos`` returns the demonstrations' normalised states and actions when called.
     """
-    model = RegularisedPPO(
-        "MlpPolicy",
+    if init not in ARMS:
+        raise ValueError(f"init must be one of {', '.join(ARMS)}, got {init!r}")
+    if init != "scratch" and clone is None:
+        raise ValueError(f"the {init} arm needs a BC checkpoint")
+    total = int(rl_cfg["total_timesteps"])
+    kwargs = policy.sb3_policy_kwargs(policy_cfg)
+    policy_class: str | type[ActorCriticPolicy] = "MlpPolicy"
+    if init == "residual":
+        policy_class, kwargs["base_spec"] = policy.ResidualPolicy, policy.actor_spec(clone)
+        if rl_cfg["residual"]["log_std"] is not None:
+            kwargs["log_std_init"] = float(rl_cfg["residual"]["log_std"])
+    model = GuidedPPO(
+        policy_class,
         env,
-        policy_kwargs=policy.sb3_policy_kwargs(policy_cfg),
+        policy_kwargs=kwargs,
         seed=seed,
         device=device,
         verbose=0,
-        **ppo_cfg,
+        **rl_cfg["ppo"],
     )
-    if bc_policy is not None:
-        model.policy.load_state_dict(bc_policy.state_dict(), strict=True)
-        if log_std is not None:
+    warmup = 0
+    if init == "bc":
+        warm = rl_cfg["warm_start"]
+        model.policy.load_state_dict(clone.state_dict(), strict=True)
+        if warm["log_std"] is not None:
             with torch.no_grad():
-                model.policy.log_std.fill_(float(log_std))
-    return model
+                model.policy.log_std.fill_(float(warm["log_std"]))
+        warmup = int(warm["critic_warmup_steps"])
+        if warm["bc_coef"] > 0:
+            states, actions = demos()
+            model.guide = Guide(warm["bc_coef"], warm["bc_decay"], total, states, actions)
+    elif init == "residual":
+        model.policy.set_base(clone)
+    elif init == "kickstart":
+        teacher = clone.to(model.device).requires_grad_(False)
+        kick = rl_cfg["kickstart"]
+        model.guide = Guide(kick["coef"], kick["decay"], total, teacher=teacher)
+    return model, warmup
 
 
 def dataset_normalizer(demos: dataset.Demos, clip_obs: float) -> policy.ObsNormalizer:
@@ -392,47 +461,48 @@ def train_rl(
     checkpoint_every: int = 50_000,
     log_metrics: Callable[[dict[str, float], int], None] | None = None,
 ) -> RLResult:
-    """Train one PPO run (``init`` is ``"bc"`` or ``"scratch"``), resuming from ``state_dir``.
+    """Train one PPO run of an arm (``init``, see :func:`build_model`), resuming from
+    ``state_dir``.
 
-    The bc arm takes its observation normalisation from the checkpoint; the scratch arm computes
-    the same from the dataset's statistics with ``clip_obs`` (``bc.clip_obs`` in the config).
-    ``key`` (see :func:`run_key`) names the run: only state recorded under the same key resumes.
-    Every ``rl_cfg["eval_every"]`` env steps the policy drives ``eval_episodes`` held-out
-    episodes. ``threads`` (subproc workers), ``eval_envs`` and ``checkpoint_every`` change speed
-    and robustness, never the result of an uninterrupted run.
+    The arms that use the clone take its observation normalisation from its checkpoint; the
+    scratch arm computes the same from the dataset's statistics with ``clip_obs``
+    (``bc.clip_obs`` in the config). ``key`` (see :func:`run_key`) names the run: only state
+    recorded under the same key resumes. Every ``rl_cfg["eval_every"]`` env steps the policy
+    drives ``eval_episodes`` held-out episodes. ``threads`` (subproc workers), ``eval_envs`` and
+    ``checkpoint_every`` change speed and robustness, never the result of an uninterrupted run.
 
     Raises :class:`Preempted` after checkpointing when SIGTERM arrives.
     """
-    if init not in ("bc", "scratch"):
-        raise ValueError(f"init must be 'bc' or 'scratch', got {init!r}")
+    if init not in ARMS:
+        raise ValueError(f"init must be one of {', '.join(ARMS)}, got {init!r}")
     torch.set_num_threads(1)  # small MLPs: one thread is fastest and keeps results exact
     state_dir = Path(state_dir)
     resume = claim_state_dir(state_dir, key)
     demos = dataset.read(demos_path)
     obs_space, act_space = tasks.spaces(env_id, env_kwargs)
     bc.check_dataset(demos, obs_space, act_space, env_id)
-    warm = rl_cfg.get("warm_start") or {}  # the scratch arm does not get (or need) this slice
-    if init == "bc":
-        if bc_checkpoint is None:
-            raise ValueError("the bc arm needs a BC checkpoint")
-        bc_policy, normalizer, _ = policy.load_checkpoint(
-            bc_checkpoint, obs_space, act_space, policy_cfg
-        )
-    else:
+    clone = None
+    if init == "scratch":
         normalizer = dataset_normalizer(demos, clip_obs=clip_obs)
+    elif bc_checkpoint is None:
+        raise ValueError(f"the {init} arm needs a BC checkpoint")
+    else:  # the warm start loads the clone into its own network: that must be the config's
+        clone, normalizer, _ = policy.load_checkpoint(
+            bc_checkpoint, obs_space, act_space, policy_cfg if init == "bc" else None
+        )
     env = make_training_env(env_id, env_kwargs, rl_cfg, normalizer, n_workers=threads)
     try:  # the env (worker processes with subproc) must not outlive a failed start
         seed = seeds.rl_seed(base_seed, run_seed)
         device = policy.resolve_device(rl_cfg["device"])
-
-        model = new_model(
+        model, warmup = build_model(
+            init,
             env,
-            policy_cfg,
-            rl_cfg["ppo"],
+            policy_cfg=policy_cfg,
+            rl_cfg=rl_cfg,
+            clone=clone,
+            demos=lambda: _demo_tensors(demos, normalizer, act_space, device),
             seed=seed,
             device=device,
-            bc_policy=bc_policy if init == "bc" else None,
-            log_std=warm.get("log_std"),
         )
         resumed, evaluations = 0, []
         if resume:
@@ -442,11 +512,7 @@ def train_rl(
             model.set_random_seed(seed + resumed * rl_cfg["n_envs"])  # fresh, still in the RL block
             evaluations = state["evaluations"]
             log.info("resuming from step %d (resume #%d)", model.num_timesteps, resumed)
-
         total = int(rl_cfg["total_timesteps"])
-        if init == "bc" and warm["bc_coef"] > 0:
-            obs, actions = _demo_tensors(demos, normalizer, act_space, device)
-            model.set_bc_data(obs, actions, warm["bc_coef"], warm["bc_decay"], total)
     except BaseException:
         env.close()
         raise
@@ -472,7 +538,6 @@ def train_rl(
     previous = signal.signal(signal.SIGTERM, lambda *_: setattr(callback, "stop", True))
     start = time.perf_counter()
     try:
-        warmup = int(warm["critic_warmup_steps"]) if init == "bc" else 0
         if model.num_timesteps < warmup:
             log.info("critic warm-up: actor frozen for %d env steps", warmup)
             with _frozen(bc.actor_parameters(model.policy)):

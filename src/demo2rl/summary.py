@@ -31,13 +31,9 @@ import numpy as np
 import scipy.stats
 from rliable import metrics as rly
 
-from demo2rl.groups import GROUPS, LABELS, RL_NAME, best_rl_run, policy_group
+from demo2rl.groups import GROUPS, LABELS, RL_NAME, best_rl_run, comparisons, policy_group
 
 __all__ = ["GROUPS", "LABELS", "policy_group"]  # re-exported: the names of what is compared
-
-COMPARISONS = (("rl_bc", "rl_scratch"), ("rl_bc", "bc"), ("rl_scratch", "bc"))
-"""Pairs (X, Y) whose probability of improvement P(X > Y) is reported; the first is the
-headline: does RL warm-started from the clone beat RL from scratch?"""
 METRICS = {
     "return": "return",
     "length": "episode length (steps)",
@@ -99,7 +95,7 @@ def batched_improvement(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 def compare(
     scores: Mapping[str, np.ndarray],
-    comparisons: Sequence[tuple[str, str]] = COMPARISONS,
+    pairs: Sequence[tuple[str, str]] | None = None,
     *,
     reps: int = 10_000,
     confidence: float = 0.95,
@@ -109,7 +105,9 @@ def compare(
     """Mean, IQM and P(X > Y) with bootstrap confidence intervals (see the module docstring).
 
     ``scores`` maps a group to its ``(runs, tracks)`` matrix; all have the same tracks, in the
-    same order. Comparisons whose groups are missing are skipped. Returns ``{"groups": {group:
+    same order. ``pairs`` (X, Y) default to :func:`demo2rl.groups.comparisons` of the groups
+    (every demo-guided arm against scratch and the clone); pairs whose groups are missing are
+    skipped. Returns ``{"groups": {group:
     {n_runs, n_tracks, mean, mean_ci, iqm, iqm_ci}}, "improvement": {"x_vs_y": {x, y,
     probability, ci}}}``; the same ``seed`` gives the same intervals.
     """
@@ -118,7 +116,8 @@ def compare(
     if len(tracks) != 1 or any(m.ndim != 2 or m.shape[0] < 1 for m in mats.values()):
         raise ValueError(f"expected (runs, tracks) matrices on the same tracks: {_shapes(mats)}")
     n_tracks = tracks.pop()
-    pairs = [(x, y) for x, y in comparisons if x in mats and y in mats]
+    pairs = comparisons(list(mats)) if pairs is None else pairs
+    pairs = [(x, y) for x, y in pairs if x in mats and y in mats]
     rng = np.random.default_rng(seed)
     stats: dict[str, list[np.ndarray]] = {f"{g}.{s}": [] for g in mats for s in ("mean", "iqm")}
     stats |= {comparison_key(x, y): [] for x, y in pairs}
@@ -188,6 +187,15 @@ def curve_band(
     return {"step": grid, "mean": curves.mean(axis=0), "low": low, "high": high}
 
 
+def steps_to_reach(band: Mapping[str, Sequence[float]], level: float) -> float | None:
+    """The first env step at which a learning curve's mean (a :func:`curve_band`) is at or above
+    ``level``, or None if it never gets there."""
+    for step, value in zip(band["step"], band["mean"], strict=True):
+        if value >= level:
+            return float(step)
+    return None
+
+
 # --------------------------------------------------------------------------------------------
 # from evaluation records (the evaluate rule's JSON files) to the summary
 
@@ -204,7 +212,7 @@ def summarize(
     ``records`` are evaluation records (``policy`` name and per-episode ``episodes`` arrays, one
     episode per held-out track, the same tracks for all). Per group: runs, mean and IQM of the
     return with intervals, and the means of the other metrics; P(X > Y) for
-    :data:`COMPARISONS`; per run its mean return and metrics; and the best RL run.
+    :func:`demo2rl.groups.comparisons`; per run its mean return and metrics; and the best RL run.
     """
     if not records:
         raise ValueError("no evaluation records")
@@ -290,6 +298,11 @@ def markdown(summary: Mapping[str, Any], plots: Mapping[str, str] | None = None)
     for c in summary["probability_of_improvement"].values():
         p = _ci(c["probability"], c["ci"], digits=2)
         lines.append(f"- P({LABELS[c['x']]} > {LABELS[c['y']]}) = {p}")
+    reach = summary.get("steps_to_expert") or {}
+    if reach:
+        lines += ["", "Env steps until the mean learning curve reaches the expert's return:", ""]
+        for g, step in reach.items():
+            lines.append(f"- {LABELS[g]}: {'not reached' if step is None else f'{step:,.0f}'}")
     if summary.get("best_rl"):
         lines += ["", f"Best RL run (highest mean return): `{summary['best_rl']}`."]
     lines += [

@@ -15,6 +15,8 @@ COLORS = {
     "expert": "black",
     "bc": "tab:orange",
     "rl_bc": "tab:blue",
+    "rl_residual": "tab:red",
+    "rl_kickstart": "tab:purple",
     "rl_scratch": "tab:green",
 }
 """One colour per policy group, the same in every figure."""

@@ -63,6 +63,10 @@ def summarize(
     bands = _curve_bands(curves, confidence, seed)
     result["learning_curves"] = {g: {k: v.tolist() for k, v in b.items()} for g, b in bands.items()}
     result["curve_levels"] = levels
+    if "expert" in levels:
+        result["steps_to_expert"] = {
+            g: summary.steps_to_reach(b, levels["expert"]) for g, b in bands.items()
+        }
     result["versions"] = provenance.versions()
     result["code_revision"] = provenance.code_revision()
     io.write_json(summary_json, io.strict_json(result))
@@ -88,6 +92,8 @@ def summary_metrics(result: Mapping[str, Any]) -> dict[str, float]:
         out[f"{g}.return_iqm"] = st["iqm"]
         out[f"{g}.return_iqm_low"], out[f"{g}.return_iqm_high"] = st["iqm_ci"]
         out |= {f"{g}.{m}": v for m, v in st["metrics"].items() if m != "return"}
+    for g, step in result.get("steps_to_expert", {}).items():
+        out[f"{g}.steps_to_expert"] = step
     for key, c in result["probability_of_improvement"].items():
         out[f"p_improvement.{key}"] = c["probability"]
         out[f"p_improvement.{key}_low"], out[f"p_improvement.{key}_high"] = c["ci"]

@@ -33,7 +33,8 @@ def train_rl(
     checkpoint_every: int,
     run: Run,
 ) -> rl.RLResult:
-    """One PPO run of an arm (``init``: bc or scratch) and seed; resumes from ``state_dir``.
+    """One PPO run of an arm (``init``, see :func:`demo2rl.rl.build_model`) and seed; resumes
+    from ``state_dir``.
 
     The run's key covers every argument that can change its result (the config slices, the
     dataset's content hash, the clone's file digest, the code of this stage), so state left by

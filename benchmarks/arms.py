@@ -1,0 +1,172 @@
+"""Diagnosis of the demo-guided arms: PPO runs of variants of an arm, several seeds each.
+
+Not a speed benchmark: it measures what a setting does to learning (why the warm start climbs
+slowly, which arm settings work). Each variant is an arm (``init``) plus overrides of the rl
+config; every run uses the dataset and clone of a finished workflow run (``--results``), the
+same PPO budget, and is evaluated like the workflow's runs: on the held-out tracks during
+training (``evaluate.during_training`` episodes) and at the end on ``evaluate.episodes`` tracks.
+
+    python benchmarks/arms.py --results results/racing --variants bc:log_std=-1.0 ...
+
+A variant is ``init`` or ``init:key=value,key=value`` with keys of ``rl`` (dotted for nested
+ones, e.g. ``warm_start.log_std=-0.5`` or ``ppo.learning_rate=1e-4``). Writes
+results/bench/arms-<name>.json (per run: the curve, the final returns per track, the final
+log-std) and prints a table with IQM [95% CI] over seeds and tracks and P(variant > scratch)
+against the first ``scratch`` variant in the set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import math
+import multiprocessing
+import sys
+import tempfile
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import BENCH_DIR, machine
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def parse_variant(text: str) -> tuple[str, str, dict[str, Any]]:
+    init, _, overrides = text.partition(":")
+    values = {}
+    for item in filter(None, overrides.split(",")):
+        key, _, value = item.partition("=")
+        values[key] = yaml.safe_load(value)
+    return text, init, values
+
+
+def run_one(args: tuple[str, str, dict[str, Any], int, dict[str, Any], str]) -> dict[str, Any]:
+    name, init, overrides, run_seed, config, results = args
+    import torch
+
+    from demo2rl import evaluation, policy, rl, tasks
+
+    rl_cfg = copy.deepcopy({k: v for k, v in config["rl"].items() if k != "seeds"})
+    for dotted, value in overrides.items():
+        node = rl_cfg
+        *path, last = dotted.split(".")
+        for part in path:
+            node = node[part]
+        if last not in node:
+            raise KeyError(f"{name}: rl has no key {dotted!r}")
+        node[last] = value
+    task = config["task"]
+    with tempfile.TemporaryDirectory() as state_dir:
+        result = rl.train_rl(
+            env_id=task["env_id"],
+            env_kwargs=task["env_kwargs"],
+            init=init,
+            demos_path=f"{results}/demos/demos.h5",
+            bc_checkpoint=f"{results}/bc/policy.pt",
+            policy_cfg=config["policy"],
+            rl_cfg=rl_cfg,
+            base_seed=config["seed"],
+            run_seed=run_seed,
+            state_dir=state_dir,
+            key=rl.run_key({"variant": name, "seed": run_seed}),
+            eval_episodes=config["evaluate"]["during_training"],
+            clip_obs=config["bc"]["clip_obs"],
+        )
+    _, act_space = tasks.spaces(task["env_id"], task["env_kwargs"])
+    actor = policy.make_actor(result.model.policy, result.normalizer, act_space)
+    seeds = evaluation.heldout_seeds(config["seed"], config["evaluate"]["episodes"])
+    final = evaluation.evaluate(task["env_id"], task["env_kwargs"], actor, seeds)
+    log_std = getattr(result.model.policy, "log_std", None)
+    return {
+        "variant": name,
+        "seed": run_seed,
+        "curve": result.evaluations,
+        "final_returns": [float(r) for r in final["return"]],
+        "final_log_std": (
+            None if log_std is None else float(torch.as_tensor(log_std).mean().item())
+        ),
+    }
+
+
+def table(runs: list[dict[str, Any]], names: list[str]) -> list[dict[str, Any]]:
+    from demo2rl import summary
+
+    scores = {n: np.array([r["final_returns"] for r in runs if r["variant"] == n]) for n in names}
+    control = next((n for n in names if n == "scratch" or n.startswith("scratch:")), None)
+    pairs = [(n, control) for n in names if control and n != control]
+    stats = summary.compare(scores, pairs, reps=20_000)
+    rows = []
+    for n in names:
+        mine = [r for r in runs if r["variant"] == n]
+        curve_min = min(min(p["return_mean"] for p in r["curve"]) for r in mine)
+        start = float(np.mean([r["curve"][0]["return_mean"] for r in mine]))
+        g = stats["groups"][n]
+        imp = stats["improvement"].get(summary.comparison_key(n, str(control)))
+        log_stds = [r["final_log_std"] for r in mine if r["final_log_std"] is not None]
+        rows.append(
+            {
+                "variant": n,
+                "seeds": len(mine),
+                "iqm": g["iqm"],
+                "iqm_ci": g["iqm_ci"],
+                "p_vs_scratch": None if imp is None else imp["probability"],
+                "start": start,
+                "lowest": curve_min,
+                "final_log_std": float(np.mean(log_stds)) if log_stds else math.nan,
+            }
+        )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--results", default="results/racing")
+    parser.add_argument("--config", default="config/config.yaml")
+    parser.add_argument("--name", default="diagnosis")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--variants", nargs="+", required=True)
+    args = parser.parse_args()
+    config = yaml.safe_load(Path(args.config).read_text())
+    variants = [parse_variant(v) for v in args.variants]
+    jobs = [(n, i, o, s, config, args.results) for n, i, o in variants for s in args.seeds]
+    ctx = multiprocessing.get_context("forkserver")
+    with ProcessPoolExecutor(args.workers, mp_context=ctx) as pool:
+        runs = []
+        for run in pool.map(run_one, jobs):
+            runs.append(run)
+            print(
+                f"{run['variant']} seed {run['seed']}: final {np.mean(run['final_returns']):.2f}",
+                flush=True,
+            )
+    rows = table(runs, [n for n, _, _ in variants])
+    print("| variant | seeds | IQM [95% CI] | P(> scratch) | at step 0 | lowest | log-std |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        p = "" if r["p_vs_scratch"] is None else f"{r['p_vs_scratch']:.2f}"
+        print(
+            f"| {r['variant']} | {r['seeds']} | {r['iqm']:.1f} "
+            f"[{r['iqm_ci'][0]:.1f}, {r['iqm_ci'][1]:.1f}] | {p} | {r['start']:.1f} "
+            f"| {r['lowest']:.1f} | {r['final_log_std']:.2f} |"
+        )
+    from demo2rl.io import write_json
+
+    write_json(
+        BENCH_DIR / f"arms-{args.name}.json",
+        {
+            "machine": machine(),
+            "config": args.config,
+            "total_timesteps": config["rl"]["total_timesteps"],
+            "rows": rows,
+            "runs": runs,
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()
