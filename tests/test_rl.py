@@ -272,14 +272,16 @@ def test_demonstration_term_starts_after_the_critic_warm_up(demos_and_clone, tmp
 
 
 @pytest.mark.parametrize("init", ["scratch", "residual", "kickstart"])
-def test_worker_processes_do_not_change_results(demos_and_clone, tmp_path, init):
+def test_every_vec_env_gives_the_same_results(demos_and_clone, tmp_path, init):
     kw = {"vec_env": "subproc", "total_timesteps": 1024, "n_envs": 4}
     one = train(demos_and_clone, tmp_path / "one", init=init, threads=1, **kw)
     two = train(demos_and_clone, tmp_path / "two", init=init, threads=2, **kw)
     dummy = train(demos_and_clone, tmp_path / "dummy", init=init, **kw | {"vec_env": "dummy"})
+    native = train(demos_and_clone, tmp_path / "native", init=init, **kw | {"vec_env": "native"})
     for key, value in one.model.policy.state_dict().items():
         assert torch.equal(value, two.model.policy.state_dict()[key]), key
         assert torch.equal(value, dummy.model.policy.state_dict()[key]), key
+        assert torch.equal(value, native.model.policy.state_dict()[key]), key
 
 
 def _train_in_child(demos_and_clone, state_dir, total, init):  # runs in a forked process

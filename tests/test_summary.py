@@ -434,10 +434,16 @@ def job_counts(text: str) -> dict[str, int]:
     return counts
 
 
-def test_summarize_stage_for_a_generic_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+@pytest.mark.parametrize(
+    "arms", [("bc", "scratch"), ("residual", "kickstart", "scratch"), ("kickstart",)]
+)
+def test_summarize_stage_for_a_generic_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, arms: tuple[str, ...]
+):
     """The summarize and plot_summary stages without racing figures (a classic-control task),
     logging to a real MLflow store: tables, the curve bands and levels in summary.json, the
-    figures drawn from it, and the summary metrics and files on the workflow's parent run."""
+    figures drawn from it, and the summary metrics and files on the workflow's parent run; for
+    any set of arms (``rl.inits``), the first of them the best here."""
     from demo2rl import tracking
     from demo2rl.stages import plot_summary, summarize
 
@@ -447,9 +453,7 @@ def test_summarize_stage_for_a_generic_task(tmp_path: Path, monkeypatch: pytest.
     rng = np.random.default_rng(0)
     evals, curves = [], []
     for name, level in [("expert", 90), ("bc", 80)] + [
-        (f"rl-{init}-seed{s}", 85 + 10 * (init == "bc"))
-        for init in ("bc", "scratch")
-        for s in (0, 1)
+        (f"rl-{init}-seed{s}", 85 + 10 * (init == arms[0])) for init in arms for s in (0, 1)
     ]:
         path = tmp_path / "eval" / f"{name}.json"
         path.parent.mkdir(exist_ok=True)
@@ -488,13 +492,17 @@ def test_summarize_stage_for_a_generic_task(tmp_path: Path, monkeypatch: pytest.
             curve_tracks=3,
             run=run,
         )
-    assert result["best_rl"].startswith("rl-bc-")
+    best = f"rl_{arms[0]}"
+    assert result["best_rl"].startswith(f"rl-{arms[0]}-")
     assert not (out / "plots").exists()  # the numbers only: the figures are another rule's
     saved = json.loads((out / "summary.json").read_text())
-    assert saved["groups"]["rl_bc"]["n_runs"] == 2 and saved["confidence"] == 0.9
-    assert saved["learning_curves"]["rl_bc"]["step"] == [0, 1000, 2000]
-    assert saved["learning_curves"]["rl_bc"]["mean"] == pytest.approx([70.0, 80.0, 90.0])
-    assert set(saved["learning_curves"]) == {"rl_bc", "rl_scratch"}
+    assert saved["groups"][best]["n_runs"] == 2 and saved["confidence"] == 0.9
+    assert saved["learning_curves"][best]["step"] == [0, 1000, 2000]
+    assert saved["learning_curves"][best]["mean"] == pytest.approx([70.0, 80.0, 90.0])
+    assert set(saved["learning_curves"]) == {f"rl_{arm}" for arm in arms}
+    improvement = [(c["x"], c["y"]) for c in saved["probability_of_improvement"].values()]
+    assert sorted(improvement) == sorted(groups.comparisons(list(saved["groups"])))
+    assert all(c[1] in ("bc", "rl_scratch") for c in improvement)
     assert set(saved["curve_levels"]) == {"expert", "bc"}  # on the first curve_tracks tracks
     for name in ("expert", "bc"):
         first = json.loads((tmp_path / "eval" / f"{name}.json").read_text())["episodes"]
@@ -516,6 +524,6 @@ def test_summarize_stage_for_a_generic_task(tmp_path: Path, monkeypatch: pytest.
         assert Path(png).read_bytes()[:4] == b"\x89PNG"
     client = mlflow.MlflowClient(tracking.tracking_uri(tmp_path))
     metrics = client.get_run(parent).data.metrics
-    assert metrics["summary.rl_bc.return_iqm"] == pytest.approx(saved["groups"]["rl_bc"]["iqm"])
+    assert metrics[f"summary.{best}.return_iqm"] == pytest.approx(saved["groups"][best]["iqm"])
     artifacts = {Path(a.path).name for a in client.list_artifacts(parent, "summary")}
     assert {"summary.md", "policies.csv", "final_returns.png", "learning_curves.png"} <= artifacts

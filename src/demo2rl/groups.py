@@ -41,6 +41,11 @@ def policy_group(name: str) -> str:
     return f"rl_{match.group(1)}"
 
 
+def comparison_key(x: str, y: str) -> str:
+    """Name of the comparison P(x > y), e.g. ``rl_bc_vs_rl_scratch``."""
+    return f"{x}_vs_{y}"
+
+
 def comparisons(groups: Sequence[str]) -> list[tuple[str, str]]:
     """The pairs (X, Y) whose P(X > Y) is reported, among ``groups``: every demo-guided arm
     against RL from scratch (the headline) and against the clone, and scratch against the clone."""

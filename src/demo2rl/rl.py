@@ -180,9 +180,6 @@ class GuidedPPO(PPO):
         self.logger.record("train/guide_weight", weight)
         self.logger.record("train/guide_mse", float(np.mean(losses)) if losses else float("nan"))
 
-    def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "guide"]
-
 
 # --------------------------------------------------------------------------------------------
 # callbacks: evaluation on held-out episodes, checkpoints, SIGTERM

@@ -31,9 +31,17 @@ import numpy as np
 import scipy.stats
 from rliable import metrics as rly
 
-from demo2rl.groups import GROUPS, LABELS, RL_NAME, best_rl_run, comparisons, policy_group
+from demo2rl.groups import (
+    GROUPS,
+    LABELS,
+    RL_NAME,
+    best_rl_run,
+    comparison_key,
+    comparisons,
+    policy_group,
+)
 
-__all__ = ["GROUPS", "LABELS", "policy_group"]  # re-exported: the names of what is compared
+__all__ = ["GROUPS", "LABELS", "comparison_key", "policy_group"]  # re-exported: what is compared
 METRICS = {
     "return": "return",
     "length": "episode length (steps)",
@@ -44,11 +52,6 @@ METRICS = {
     "laps": "laps",
 }
 """Per-episode metrics summarised when every evaluation has them, with their labels."""
-
-
-def comparison_key(x: str, y: str) -> str:
-    """Name of the comparison P(x > y), e.g. ``rl_bc_vs_rl_scratch``."""
-    return f"{x}_vs_{y}"
 
 
 # --------------------------------------------------------------------------------------------
