@@ -53,11 +53,12 @@ def test_make_report_builds_the_html_report(test_workflow: Path):
         assert name in html, name
     for category in ("Evaluation", "Racing", "Behaviour cloning"):
         assert category in html
-    assert "Learning curves of both RL arms" in html
+    assert "Learning curves of every RL arm" in html
     # captions are templates: the config's values are filled in
     episodes = CONFIG["evaluate"]["episodes"]
     assert f"Final comparison on {episodes} held-out episodes" in html
     assert f">{CONFIG['experiment']}</span>" in html  # the workflow description's template
+    assert "bc, residual, kickstart, scratch" in html  # the arms of rl.inits
     # the figures are embedded (data URIs), the PNGs among them
     embedded = re.findall(r"data:image/png;[^,]*base64,([A-Za-z0-9+/=]{100,})", html)
     assert embedded and all(base64.b64decode(d[:64])[:8] == b"\x89PNG\r\n\x1a\n" for d in embedded)

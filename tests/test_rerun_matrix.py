@@ -81,7 +81,7 @@ MODULES: dict[str, list[str]] = {
     "demo2rl.bc": ["train_bc", "train_rl"],
     "demo2rl.rl": ["train_rl"],
     "demo2rl.vec": ["train_rl"],
-    "demo2rl.groups": ["evaluate", "summarize", "plot_summary", "plot_racing"],
+    "demo2rl.groups": ["train_rl", "evaluate", "summarize", "plot_summary", "plot_racing"],
     "demo2rl.summary": ["summarize"],
     "demo2rl.plots": ["plot_bc", "plot_summary", "plot_racing"],
     # cannot change a result: tracking, provenance records, job glue
