@@ -9,7 +9,7 @@ SNAKEMAKE := $(BIN)/snakemake
 PORT ?= 5000
 RESULTS_DIR ?= results
 
-.PHONY: venv run test lint format report ui bench clean help
+.PHONY: venv run test lint format report ui bench diagnose clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -50,8 +50,16 @@ format: venv  ## apply ruff and snakefmt formatting
 	$(BIN)/ruff format src scripts tests benchmarks
 	$(BIN)/snakefmt Snakefile rules
 
-bench: venv  ## run the benchmarks (figures to results/bench/*.json)
-	for b in benchmarks/*.py; do $(BIN)/python $$b || exit 1; done
+bench: venv  ## run the speed benchmarks (figures to results/bench/*.json)
+	for b in benchmarks/collect.py benchmarks/bc.py benchmarks/rl.py benchmarks/tracking.py; do \
+		$(BIN)/python $$b || exit 1; done
+
+DIAGNOSIS = scratch bc residual kickstart bc:warm_start.log_std=-1.0 bc:warm_start.log_std=-0.5 \
+	bc:warm_start.log_std=0.0 bc:warm_start.critic_warmup_steps=40960 bc:ppo.learning_rate=0.0001 \
+	bc:warm_start.bc_coef=0.1 residual:residual.log_std=-0.5 kickstart:kickstart.decay=0.1
+
+diagnose: venv  ## the README's diagnosis of the RL arms, on the runs of `make run` (about 15 min)
+	$(BIN)/python benchmarks/arms.py --results results/racing --name diagnosis --variants $(DIAGNOSIS)
 
 clean:  ## remove generated results (keeps .venv)
 	rm -rf results/* .snakemake

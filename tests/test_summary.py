@@ -355,7 +355,10 @@ def test_summary_numbers_recomputed_from_the_evaluation_jsons(test_workflow: Pat
         episodes = list(csv.DictReader(fh))
     assert len(episodes) == sum(len(r["episodes"]["seed"]) for r in evals.values())
     md = (report / "summary.md").read_text()
-    assert "| RL from BC |" in md and "P(RL from BC > RL from scratch)" in md
+    for arm in groups.ARMS:
+        assert f"| {groups.LABELS['rl_' + arm]} |" in md
+    assert "P(residual RL on BC > RL from scratch)" in md
+    assert "Env steps until the mean learning curve reaches the expert's return" in md
 
 
 @pytest.mark.integration
