@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import copy
+import hashlib
+import json
 import math
 import multiprocessing
 import sys
@@ -28,12 +30,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
+import torch
 import yaml
+
+from demo2rl import config as config_lib
+from demo2rl import evaluation, groups, policy, provenance, rl, summary, tasks
+from demo2rl.dataset import read_attrs
+from demo2rl.io import write_json
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import BENCH_DIR, machine
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def parse_variant(text: str) -> tuple[str, str, dict[str, Any]]:
@@ -51,11 +58,6 @@ CACHE = BENCH_DIR / "arms"
 
 def run_one(args: tuple[str, str, dict[str, Any], int, dict[str, Any], str]) -> dict[str, Any]:
     name, init, overrides, run_seed, config, results = args
-    import hashlib
-    import json
-
-    from demo2rl import provenance
-    from demo2rl.dataset import read_attrs
 
     inputs = {
         "variant": name,
@@ -72,7 +74,6 @@ def run_one(args: tuple[str, str, dict[str, Any], int, dict[str, Any], str]) -> 
     out = None if overrides else _from_workflow(name, init, run_seed, config, results)
     if out is None:
         out = _train_and_evaluate(name, init, overrides, run_seed, config, results)
-    from demo2rl.io import write_json
 
     write_json(cached, out)
     return out
@@ -83,22 +84,15 @@ def _from_workflow(
 ) -> dict[str, Any] | None:
     """A variant without overrides is the workflow's own run of that arm and seed: its outputs
     (the same code and seeds give the same numbers) if they are there and of this rl config."""
-    import pandas as pd
-    import torch
-
-    from demo2rl import config as config_lib
 
     run = Path(results) / "rl" / init / f"seed-{run_seed}"
     record = Path(results) / "eval" / f"rl-{init}-seed{run_seed}.json"
     if not (run / "policy.pt").is_file() or not record.is_file():
         return None
     ckpt = torch.load(run / "policy.pt", weights_only=True)
-    own = {"bc": "warm_start", "residual": "residual", "kickstart": "kickstart"}
-    skip = {"seeds", "inits", "checkpoint_every"} | {v for k, v in own.items() if k != init}
-    wanted = {k: v for k, v in config["rl"].items() if k not in skip}
+    wanted = groups.arm_rl_config(config["rl"], init)  # what the workflow gave the run
     if config_lib.canonical(ckpt["meta"]["config"]["rl"]) != config_lib.canonical(wanted):
         return None
-    import json
 
     curve = pd.read_csv(run / "evaluations.csv").to_dict("records")
     episodes = json.loads(record.read_text())["episodes"]
@@ -121,18 +115,14 @@ def _train_and_evaluate(
     config: dict[str, Any],
     results: str,
 ) -> dict[str, Any]:
-    import torch
-
-    from demo2rl import evaluation, policy, rl, tasks
-
-    rl_cfg = copy.deepcopy({k: v for k, v in config["rl"].items() if k != "seeds"})
+    rl_cfg = copy.deepcopy(groups.arm_rl_config(config["rl"], init))
     for dotted, value in overrides.items():
         node = rl_cfg
         *path, last = dotted.split(".")
         for part in path:
-            node = node[part]
+            node = node.get(part, {})
         if last not in node:
-            raise KeyError(f"{name}: rl has no key {dotted!r}")
+            raise KeyError(f"{name}: the {init} arm reads no rl key {dotted!r}")
         node[last] = value
     task = config["task"]
     with tempfile.TemporaryDirectory() as state_dir:
@@ -168,7 +158,6 @@ def _train_and_evaluate(
 
 
 def table(runs: list[dict[str, Any]], names: list[str]) -> list[dict[str, Any]]:
-    from demo2rl import summary
 
     scores = {n: np.array([r["final_returns"] for r in runs if r["variant"] == n]) for n in names}
     control = next((n for n in names if n == "scratch" or n.startswith("scratch:")), None)
@@ -228,7 +217,6 @@ def main() -> None:
             f"[{r['iqm_ci'][0]:.1f}, {r['iqm_ci'][1]:.1f}] | {p} | {r['start']:.1f} "
             f"| {r['lowest']:.1f} | {r['final_log_std']:.2f} |"
         )
-    from demo2rl.io import write_json
 
     write_json(
         BENCH_DIR / f"arms-{args.name}.json",

@@ -6,7 +6,7 @@
 # read it (`x-read-by`); tests/test_rerun_matrix.py checks that against Snakemake's plan.
 from snakemake.exceptions import WorkflowError
 
-from demo2rl import config as config_checks, provenance, tasks
+from demo2rl import config as config_checks, groups, provenance, tasks
 from demo2rl.tracking_settings import settings as tracking_settings
 
 try:
@@ -32,10 +32,6 @@ TASK_CODE = tasks.entry_point_modules(config["task"])
 TRACKING = tracking_settings(config)
 
 
-ARM_SETTINGS = {"bc": "warm_start", "residual": "residual", "kickstart": "kickstart"}
-"""The rl section that only one arm reads."""
-
-
 def rl_inputs(wildcards):
     """The dataset for every arm (normalisation statistics), the clone for all but scratch."""
     inputs = {"demos": f"{RESULTS}/demos/demos.h5"}
@@ -45,13 +41,8 @@ def rl_inputs(wildcards):
 
 
 def rl_params(wildcards):
-    """The rl slice a run reads: not the seed and arm lists (adding a seed or an arm must not
-    rerun the others), not checkpoint_every (a resource), and each arm's own section only in
-    that arm.
-    """
-    skip = {"seeds", "inits", "checkpoint_every"}
-    skip |= {s for arm, s in ARM_SETTINGS.items() if arm != wildcards.init}
-    return {k: v for k, v in config["rl"].items() if k not in skip}
+    """The rl slice a run of this arm reads (checkpoint_every is a resource instead)."""
+    return groups.arm_rl_config(config["rl"], wildcards.init)
 
 
 def gpus(device):

@@ -17,6 +17,8 @@ import numpy as np
 ARMS = ("bc", "residual", "kickstart", "scratch")
 """The RL arms: how a run uses the demonstrations (``scratch``: not at all, the control)."""
 CONTROL = "scratch"
+ARM_SETTINGS = {"bc": "warm_start", "residual": "residual", "kickstart": "kickstart"}
+"""The section of the ``rl`` config that only one arm reads."""
 GROUPS = ("expert", "bc", *(f"rl_{arm}" for arm in ARMS))
 """Policy groups, in the order of every table and plot."""
 LABELS = {
@@ -28,6 +30,15 @@ LABELS = {
     "rl_scratch": "RL from scratch",
 }
 RL_NAME = re.compile(rf"rl-({'|'.join(ARMS)})-seed(\d+)")
+
+
+def arm_rl_config(rl_cfg: Mapping[str, Any], arm: str) -> dict[str, Any]:
+    """The ``rl`` config a run of ``arm`` reads: not the seed and arm lists (adding a seed or an
+    arm must not rerun the others), not ``checkpoint_every`` (a speed setting), and of the arms'
+    own sections (:data:`ARM_SETTINGS`) only its own."""
+    skip = {"seeds", "inits", "checkpoint_every"}
+    skip |= {section for other, section in ARM_SETTINGS.items() if other != arm}
+    return {k: v for k, v in rl_cfg.items() if k not in skip}
 
 
 def policy_group(name: str) -> str:
