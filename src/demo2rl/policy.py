@@ -74,9 +74,9 @@ CHECKPOINT_KEYS = (
     "meta",
 )
 ARCHITECTURE_KEYS = ("net_arch", "activation")
+"""Config keys that define the network's function (init-only keys do not matter once loaded)."""
 ACT_BLOCK = 64
 """Rows per policy forward pass when acting (see :func:`make_actor`)."""
-"""Config keys that define the network's function (init-only keys do not matter once loaded)."""
 
 
 class CheckpointError(ValueError):
