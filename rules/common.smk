@@ -6,13 +6,20 @@
 # read it (`x-read-by`); tests/test_rerun_matrix.py checks that against Snakemake's plan.
 from snakemake.exceptions import WorkflowError
 
-from demo2rl import config as config_checks, groups, provenance, tasks
+from demo2rl import config as config_checks, groups, probe, provenance, tasks, vec_kinds
 from demo2rl.tracking_settings import settings as tracking_settings
 
+# the config, then the task itself (one env batch, one reset, one expert call): a bad key, a
+# space the workflow cannot use or an expert that does not fit fails here, before any job
 try:
     config_checks.check(config)
+    probe.probe_task(config)
 except config_checks.ConfigError as err:
     raise WorkflowError(f"Invalid config: {err}") from None
+# `auto` as it runs (native or dummy), so that spelling out the same choice reruns nothing
+config["rl"]["vec_env"] = vec_kinds.resolve_vec_env(
+    config["rl"]["vec_env"], config["task"]["env_id"]
+)
 
 # params compare as text: sort the config's keys, so that their order in a file never counts
 _canonical = config_checks.canonical(config)

@@ -15,9 +15,15 @@ CHECKPOINTS = {"bc": f"{RESULTS}/bc/policy.pt"} | {
 
 rule evaluate:
     input:
+        # a learned policy's checkpoint, and the dataset it must record as its own
         unpack(
             lambda wc: (
-                {"checkpoint": CHECKPOINTS[wc.policy]} if wc.policy != "expert" else {}
+                {
+                    "checkpoint": CHECKPOINTS[wc.policy],
+                    "demos": f"{RESULTS}/demos/demos.h5",
+                }
+                if wc.policy != "expert"
+                else {}
             )
         ),
     output:

@@ -8,6 +8,7 @@ with job(snakemake, stage="evaluate", run_name=f"eval-{name}") as run:
     stage.evaluate_policy(
         name=name,
         checkpoint=snakemake.input.get("checkpoint"),
+        demos_path=snakemake.input.get("demos"),
         out=snakemake.output[0],
         task=p.task,
         episodes=p.episodes,

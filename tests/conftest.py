@@ -6,12 +6,24 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 TEST_CONFIG = REPO / "config" / "test.yaml"
+ON_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+"""CI sets CI=true: there a real component that cannot start is a failure, never a skip."""
+
+
+def unavailable(reason: str) -> NoReturn:
+    """A real component this test needs (SLURM, Chromium, a tmpfs mount) cannot start: skip
+    the test with ``reason`` on a developer's machine, fail it with ``reason`` when CI=true, so
+    that a CI machine missing a component never passes by skipping what it was meant to run."""
+    if ON_CI:
+        pytest.fail(f"CI=true and a real component is unavailable: {reason}", pytrace=False)
+    pytest.skip(reason)
 
 
 def snakemake(

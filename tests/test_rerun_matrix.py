@@ -81,6 +81,8 @@ MODULES: dict[str, list[str]] = {
     "demo2rl.bc": ["train_bc", "train_rl"],
     "demo2rl.rl": ["train_rl"],
     "demo2rl.vec": ["train_rl"],
+    "demo2rl.vec_kinds": ["train_rl"],
+    "demo2rl.probe": [],  # run when the workflow parses its config, by no job
     "demo2rl.groups": ["train_rl", "evaluate", "summarize", "plot_summary", "plot_racing"],
     "demo2rl.summary": ["summarize"],
     "demo2rl.plots": ["plot_bc", "plot_summary", "plot_racing"],

@@ -12,12 +12,13 @@ import signal
 import time
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
-from demo2rl import bc, collect, dataset, evaluation, policy, rl, seeds, vec
+from demo2rl import bc, collect, dataset, evaluation, policy, rl, seeds, tasks, vec
 
 ENV_ID, ENV_KWARGS = "Racing-v0", {"max_steps": 200}
 POLICY_CFG = {"net_arch": {"pi": [64, 64], "vf": [64, 64]}, "activation": "tanh"}
@@ -62,7 +63,7 @@ def demos_and_clone(tmp_path_factory) -> tuple[Path, Path]:
         policy_cfg=POLICY_CFG,
         observation_space=result.observation_space,
         action_space=result.action_space,
-        meta={},
+        meta={"dataset_hash": dataset.read_attrs(tmp / "demos.h5")["content_hash"]},
     )
     return tmp / "demos.h5", tmp / "bc.pt"
 
@@ -268,7 +269,7 @@ def test_demonstration_term_starts_after_the_critic_warm_up(demos_and_clone, tmp
     # with the next rollout, which never comes
     assert list(starts) == [1024, 1536]
     np.testing.assert_allclose(rows["train/guide_weight"], 0.5 * (1 - starts / 2560))
-    assert (rows["train/guide_mse"] > 0).all()
+    assert (rows["train/guide_loss"] > 0).all()
 
 
 @pytest.mark.parametrize("init", ["scratch", "residual", "kickstart"])
@@ -324,6 +325,30 @@ def test_sigterm_checkpoints_and_a_rerun_resumes_to_the_budget(demos_and_clone, 
     table = rl.progress_table(tmp_path)
     assert table["time/total_timesteps"].iloc[-1] >= total
     assert table["time/total_timesteps"].is_monotonic_increasing
+
+
+def test_two_trainers_never_share_a_state_dir(demos_and_clone, tmp_path, monkeypatch):
+    """A second trainer on the same run (a SLURM retry while the first still runs) waits, then
+    fails naming the holder; once the holder is gone (killed hard: no clean-up), it resumes."""
+    state_dir, total = tmp_path / "state", 40_000
+    child = mp.get_context("fork").Process(
+        target=_train_in_child, args=(demos_and_clone, state_dir, total, "scratch")
+    )
+    child.start()
+    try:
+        deadline = time.time() + 120
+        while not (state_dir / rl.STATE).exists() and time.time() < deadline:
+            time.sleep(0.2)
+        assert (state_dir / rl.STATE).exists(), "the first trainer never checkpointed"
+        monkeypatch.setattr(rl, "LOCK_WAIT_S", 1.0)
+        with pytest.raises(rl.StateDirBusy, match=rf"in use by another trainer .*{child.pid}"):
+            train(demos_and_clone, state_dir, "scratch", total_timesteps=total)
+        assert child.is_alive(), "the refused trainer must not have disturbed the first"
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.join(30)
+    result = train(demos_and_clone, state_dir, "scratch", total_timesteps=total // 10)
+    assert result.timesteps >= total // 10  # the lock went with the killed holder
 
 
 def test_bc_arm_refuses_a_checkpoint_of_another_architecture(demos_and_clone, tmp_path):
@@ -543,3 +568,92 @@ def test_progress_table_drops_rows_lost_in_a_hard_kill(tmp_path):
     assert table["time/total_timesteps"].tolist() == [512, 1024, 1536, 2048, 2560, 3072, 3584]
     assert table["b"].tolist() == [1, 1, 1, 1, 2, 2, 2]
     assert list(table.columns) == ["time/total_timesteps", "b"]
+
+
+# --------------------------------------------------------------------------------------------
+# Discrete actions (CartPole-v1): a categorical clone, its warm start and kickstart
+
+
+@pytest.fixture(scope="module")
+def cartpole(tmp_path_factory) -> tuple[Path, Path]:
+    """A CartPole-v1 dataset (16 expert episodes, integer actions) and a categorical clone."""
+    tmp = tmp_path_factory.mktemp("cartpole")
+    shard = collect.collect_shard(
+        env_id="CartPole-v1",
+        env_kwargs={},
+        expert_entry_point="demo2rl.experts.classic:cart_pole",
+        expert_kwargs={},
+        base_seed=0,
+        episodes=range(16),
+        n_envs=8,
+    )
+    demos = dataset.merge([shard], ["shard0"], n_episodes=16, valid_fraction=0.25)
+    dataset.write(tmp / "demos.h5", demos)
+    cfg = {"device": "cpu", "batch_size": 256, "max_epochs": 10, "patience": 3}
+    result = bc.train_bc(tmp / "demos.h5", policy_cfg=POLICY_CFG, bc_cfg=cfg, seed=0)
+    assert isinstance(result.action_space, gym.spaces.Discrete)
+    policy.save_checkpoint(
+        tmp / "bc.pt",
+        result.policy,
+        result.normalizer,
+        policy_cfg=POLICY_CFG,
+        observation_space=result.observation_space,
+        action_space=result.action_space,
+        meta={"dataset_hash": dataset.read_attrs(tmp / "demos.h5")["content_hash"]},
+    )
+    return tmp / "demos.h5", tmp / "bc.pt"
+
+
+def train_cartpole(cartpole, state_dir: Path, init: str, **overrides) -> rl.RLResult:
+    demos, clone = cartpole
+    rl_cfg = RL_CFG | {"vec_env": "auto", "total_timesteps": 1024} | overrides
+    return rl.train_rl(
+        env_id="CartPole-v1",
+        env_kwargs={},
+        init=init,
+        demos_path=demos,
+        bc_checkpoint=None if init == "scratch" else clone,
+        policy_cfg=POLICY_CFG,
+        rl_cfg=rl_cfg,
+        base_seed=0,
+        run_seed=1,
+        state_dir=state_dir,
+        key=key_of(init, rl_cfg),
+        eval_episodes=4,
+        **RUN_ARGS,
+    )
+
+
+def test_categorical_guide_loss_is_the_nll_of_demonstrated_actions(cartpole):
+    demos, clone_path = cartpole
+    obs_space, space = tasks.spaces("CartPole-v1", {})
+    clone, normalizer, _ = policy.load_checkpoint(clone_path, obs_space, space)
+    data = dataset.read(demos)
+    obs = torch.as_tensor(normalizer(data.steps["observations"][:256]))
+    actions = torch.as_tensor(data.steps["actions"][:256])
+    nll = -clone.get_distribution(obs).log_prob(actions).mean()
+    loss = policy.guide_loss(clone, obs, policy.demo_targets(actions, space))
+    torch.testing.assert_close(loss, nll)
+    # against its own probabilities the loss is the policy's entropy, its minimum over policies
+    own = policy.guide_loss(clone, obs, policy.action_targets(clone, obs).detach())
+    torch.testing.assert_close(own, clone.get_distribution(obs).entropy().mean())
+
+
+def test_discrete_warm_start_acts_like_the_clone_and_kickstart_moves_towards_it(cartpole, tmp_path):
+    demos, clone_path = cartpole
+    warm = RL_CFG["warm_start"] | {"critic_warmup_steps": 0, "log_std": -1.5, "bc_coef": 0.5}
+    bc_run = train_cartpole(cartpole, tmp_path / "bc", "bc", warm_start=warm)
+    rows = rl.progress_table(tmp_path / "bc").dropna(subset=["train/guide_loss"])
+    assert len(rows) and (rows["train/guide_loss"] > 0).all()  # the demo term ran, as an NLL
+    assert bc_run.evaluations[0]["return_mean"] == 500.0  # the clone balances the pole
+    clone, normalizer, _ = policy.load_checkpoint(clone_path, *tasks.spaces("CartPole-v1", {}))
+    states = torch.as_tensor(normalizer(dataset.read(demos).steps["observations"]))
+
+    def gap(module) -> float:  # cross-entropy to the clone's action probabilities
+        with torch.no_grad():
+            return float(policy.guide_loss(module, states, policy.action_targets(clone, states)))
+
+    ppo = RL_CFG["ppo"] | {"batch_size": 64, "n_epochs": 10, "learning_rate": 1e-3}
+    kicked = train_cartpole(cartpole, tmp_path / "kick", "kickstart", ppo=ppo)
+    plain = train_cartpole(cartpole, tmp_path / "scratch", "scratch", ppo=ppo)
+    assert gap(kicked.model.policy) < gap(plain.model.policy) - 0.05

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import mlflow
 import numpy as np
 import pytest
+import torch
 import yaml
 from conftest import REPO, TEST_CONFIG, snakemake
 
@@ -116,17 +118,25 @@ def test_nothing_to_do_on_a_second_run(test_workflow: Path):
     assert "Nothing to be done" in proc.stdout + proc.stderr
 
 
-def test_classic_control_example_config_runs(tmp_path: Path):
-    """The example config on MountainCarContinuous-v0, end to end, with test-sized budgets."""
-    spec = yaml.safe_load((REPO / "config" / "mountaincar.yaml").read_text())
+def tiny(example: str, tmp_path: Path) -> tuple[dict, Path]:
+    """An example config with test-sized budgets (its task, arms and vec_env as they are)."""
+    spec = yaml.safe_load((REPO / "config" / example).read_text())
     spec["collect"] |= {"n_episodes": 8, "n_shards": 2}
     spec["bc"] = {"max_epochs": 5}
     spec["rl"] |= {"seeds": [0], "total_timesteps": 2048, "eval_every": 1024}
     spec["rl"]["ppo"] = {"n_steps": 128, "batch_size": 256, "n_epochs": 2}
     spec["rl"]["warm_start"] = {"critic_warmup_steps": 1024}
     spec["evaluate"] = {"episodes": 4, "during_training": 2, "n_envs": 4, "bootstrap_reps": 200}
-    config = tmp_path / "mountaincar-tiny.yaml"
+    config = tmp_path / f"tiny-{example}"
     config.write_text(yaml.safe_dump(spec))
+    return spec, config
+
+
+def test_classic_control_example_config_runs(tmp_path: Path):
+    """The example config on MountainCarContinuous-v0, end to end, with the default vec_env
+    (auto: SB3's DummyVecEnv, the task has no batched VecEnv of its own)."""
+    spec, config = tiny("mountaincar.yaml", tmp_path)
+    assert "vec_env" not in spec["rl"]
     snakemake(tmp_path, "--cores", "2", "--configfile", str(config))
     out = tmp_path / "results" / spec["experiment"]
     demos = dataset.read(out / "demos" / "demos.h5")
@@ -136,3 +146,26 @@ def test_classic_control_example_config_runs(tmp_path: Path):
     assert (out / "rl" / "bc" / "seed-0" / "policy.pt").is_file()
     assert (out / "report" / "summary.json").is_file()
     assert not (out / "report" / "plots" / "track_lines.png").exists()  # racing-only figure
+
+
+def test_discrete_action_example_config_runs(tmp_path: Path):
+    """CartPole-v1 (Discrete(2)) end to end: integer demonstrations, a categorical clone, the
+    arms that work with Discrete actions, evaluation and the summary."""
+    spec, config = tiny("cartpole.yaml", tmp_path)
+    assert "vec_env" not in spec["rl"] and "residual" not in spec["rl"]["inits"]
+    snakemake(tmp_path, "--cores", "2", "--configfile", str(config))
+    out = tmp_path / "results" / spec["experiment"]
+    demos = dataset.read(out / "demos" / "demos.h5", verify=True)
+    assert demos.attrs["action_space"] == {"type": "Discrete", "n": 2, "start": 0}
+    assert demos.steps["actions"].dtype == np.int64 and demos.steps["actions"].ndim == 1
+    assert set(np.unique(demos.steps["actions"])) == {0, 1}
+    assert (demos.episodes["return"] == 500).all()  # the heuristic expert balances to the end
+    checkpoint = torch.load(out / "bc" / "policy.pt", weights_only=True)
+    assert "log_std" not in checkpoint["state_dict"]  # categorical: logits, no Gaussian
+    summary = json.loads((out / "report" / "summary.json").read_text())
+    groups = set(summary["groups"])
+    assert {"expert", "bc", "rl_bc", "rl_kickstart", "rl_scratch"} <= groups
+    assert summary["groups"]["bc"]["iqm"] > 100  # the clone balances too
+    for init in spec["rl"]["inits"]:
+        evaluation = json.loads((out / "eval" / f"rl-{init}-seed0.json").read_text())
+        assert len(evaluation["episodes"]["return"]) == 4

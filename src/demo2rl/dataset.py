@@ -157,15 +157,54 @@ def episode_attrs(
 
 def content_hash(demos: Demos) -> str:
     """SHA-256 over the arrays and defining attributes (see the module docstring)."""
-    digest = hashlib.sha256()
     groups = {"steps": demos.steps, "episodes": demos.episodes, "info": demos.info}
     groups |= {"split": demos.split or {}, "stats": demos.stats or {}}
+    return _hash(groups, demos.attrs)
+
+
+def verify(path: str | os.PathLike[str]) -> str:
+    """Recompute a dataset file's content hash, reading it in blocks of rows (so it works for a
+    file larger than memory), and compare it with the one it records; returns the hash.
+
+    Raises DatasetError naming the file when it is unreadable, truncated or altered.
+    """
+    path = Path(path)
+    recorded = read_attrs(path).get("content_hash")
+    try:
+        with h5py.File(path, "r") as f:
+            attrs = {k: _decode_attr(v) for k, v in f.attrs.items()}
+            groups = {
+                "steps": {k: f["steps"][k] for k in STEP_KEYS},
+                "episodes": {k: f["episodes"][k] for k in EPISODE_KEYS},
+                "info": dict(f["episodes/info"].items()),
+            }
+            groups |= {g: dict(f[g].items()) if g in f else {} for g in ("split", "stats")}
+            computed = _hash(groups, attrs)
+    except (OSError, KeyError, ValueError) as err:
+        raise DatasetError(path, f"unreadable or incomplete HDF5 dataset ({err})") from err
+    if computed != recorded:
+        raise DatasetError(
+            path,
+            f"content hash mismatch: the file records {recorded} but its data hash to "
+            f"{computed}; it was modified or is corrupt (rerun the rule that wrote it)",
+        )
+    return computed
+
+
+def _hash(groups: dict[str, Any], attrs: dict[str, Any]) -> str:
+    """The content hash of arrays (numpy, or h5py datasets read in blocks) and attributes."""
+    digest = hashlib.sha256()
     for group, arrays in groups.items():
         for key in sorted(arrays):
-            arr = np.ascontiguousarray(arrays[key])
-            digest.update(f"{group}/{key}:{arr.dtype.str}:{arr.shape}".encode())
-            digest.update(arr.tobytes())
-    defining = {k: demos.attrs.get(k) for k in DEFINING_ATTRS}
+            arr = arrays[key]
+            digest.update(f"{group}/{key}:{np.dtype(arr.dtype).str}:{arr.shape}".encode())
+            if isinstance(arr, np.ndarray) or arr.ndim == 0:
+                digest.update(np.ascontiguousarray(arr[()]).tobytes())
+                continue
+            rows = _chunks(arr)[0]
+            for start in range(0, len(arr), rows):
+                digest.update(np.ascontiguousarray(arr[start : start + rows]).tobytes())
+    defining = {k: attrs.get(k) for k in DEFINING_ATTRS}
     digest.update(json.dumps(defining, sort_keys=True).encode())
     return digest.hexdigest()
 
@@ -316,7 +355,7 @@ def _check_space(path: Path, demos: Demos) -> None:
 
 
 def _chunks(arr: np.ndarray) -> tuple[int, ...]:
-    row_bytes = max(1, arr.itemsize * int(np.prod(arr.shape[1:], dtype=np.int64)))
+    row_bytes = max(1, arr.dtype.itemsize * int(np.prod(arr.shape[1:], dtype=np.int64)))
     return (max(1, min(len(arr), CHUNK_BYTES // row_bytes)), *arr.shape[1:])
 
 

@@ -274,6 +274,35 @@ def mean_actions(policy: ActorCriticPolicy, obs: torch.Tensor) -> torch.Tensor:
     return policy.get_distribution(obs).distribution.mean
 
 
+def action_targets(policy: ActorCriticPolicy, obs: torch.Tensor) -> torch.Tensor:
+    """What a guide term pulls another policy towards: a Gaussian policy's mean action, a
+    categorical policy's action probabilities, for a batch of (normalised) observations."""
+    dist = policy.get_distribution(obs).distribution
+    return dist.probs if isinstance(dist, torch.distributions.Categorical) else dist.mean
+
+
+def demo_targets(actions: torch.Tensor, action_space: gym.Space) -> torch.Tensor:
+    """Demonstrated actions (in the policy's action space) as :func:`action_targets`: Box
+    actions as they are, Discrete ones as one-hot probabilities."""
+    if isinstance(action_space, gym.spaces.Discrete):
+        index = actions.long().reshape(-1) - int(action_space.start)
+        return nn.functional.one_hot(index, int(action_space.n)).to(torch.float32)
+    return actions
+
+
+def guide_loss(policy: ActorCriticPolicy, obs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """How far ``policy`` is from ``targets`` (:func:`action_targets` of a teacher, or
+    :func:`demo_targets`), averaged over the batch; the action distribution's mean or logits
+    only, never the Gaussian's log-std. Gaussian: the squared distance of the mean action to the
+    target, summed over action dimensions. Categorical: the cross-entropy of the policy's
+    action probabilities relative to the target probabilities (Schmitt et al. 2018's
+    kickstarting loss; with one-hot targets, the NLL of the demonstrated action)."""
+    dist = policy.get_distribution(obs).distribution
+    if isinstance(dist, torch.distributions.Categorical):
+        return -(targets * torch.log_softmax(dist.logits, dim=-1)).sum(dim=-1).mean()
+    return (dist.mean - targets).pow(2).sum(dim=-1).mean()
+
+
 def space_from_description(desc: Mapping[str, Any]) -> gym.Space:
     """The gymnasium space a :func:`demo2rl.dataset.describe_space` description describes."""
     if desc.get("type") == "Box":
@@ -509,6 +538,26 @@ def load_checkpoint(
         raise CheckpointError(path, f"weights do not fit the policy: {err}") from err
     normalizer = ObsNormalizer.from_dict(ckpt["normalizer"])
     return policy, normalizer, ckpt
+
+
+def check_dataset_hash(
+    path: str | os.PathLike[str],
+    checkpoint: Mapping[str, Any],
+    demos_path: str | os.PathLike[str],
+    dataset_hash: str,
+) -> None:
+    """Raise CheckpointError, naming both files, unless the checkpoint at ``path`` records
+    ``dataset_hash`` (the content hash of the dataset at ``demos_path``) as the dataset it was
+    trained on: a policy of another experiment or an older dataset is never used silently."""
+    recorded = checkpoint.get("meta", {}).get("dataset_hash")
+    if recorded != dataset_hash:
+        raise CheckpointError(
+            path,
+            f"trained on the dataset with content hash {recorded}, but this run's dataset "
+            f"{demos_path} has content hash {dataset_hash}: the checkpoint belongs to another "
+            "dataset (another experiment, or a dataset collected since); rerun the rule that "
+            "wrote it",
+        )
 
 
 def _architecture_mismatch(saved: Mapping[str, Any], cfg: Mapping[str, Any]) -> str | None:

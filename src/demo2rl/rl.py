@@ -25,14 +25,18 @@ so a resumed run cannot pick up another run's hyperparameters.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import json
 import logging
+import os
 import shutil
 import signal
+import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -117,15 +121,17 @@ class MetricsSink(KVWriter):
 @dataclasses.dataclass
 class Guide:
     """An auxiliary loss added to PPO's gradient at every optimiser step, with decaying weight:
-    ``weight(t) * mean squared distance between the policy's mean action and a target action``
-    on a minibatch of states (sampled anew for every step), ``t`` the env steps before the
-    rollout the update learns from (so the first update has weight ``coef``).
+    ``weight(t) * policy.guide_loss`` (for Box actions the squared distance between the policy's
+    mean action and a target action; for Discrete ones the cross-entropy to target action
+    probabilities) on a minibatch of states (sampled anew for every step), ``t`` the env steps
+    before the rollout the update learns from (so the first update has weight ``coef``).
 
     Two sources of (state, target) pairs: fixed ``states``/``targets`` (the demonstrations), or a
-    ``teacher`` whose mean actions on the states of the latest rollout are the targets (the
-    policy's own states: kickstarting). The loss involves the mean only, never ``log_std``, so it
-    cannot shrink exploration. The weight falls linearly from ``coef`` to 0 at ``decay`` of
-    ``total`` env steps. Its gradient is added after PPO clips its own gradient norm.
+    ``teacher`` whose :func:`demo2rl.policy.action_targets` on the states of the latest rollout
+    are the targets (the policy's own states: kickstarting). The loss involves the mean (or the
+    logits), never ``log_std``, so it cannot shrink a Gaussian's exploration. The weight falls
+    linearly from ``coef`` to 0 at ``decay`` of ``total`` env steps. Its gradient is added after
+    PPO clips its own gradient norm.
     """
 
     coef: float
@@ -146,7 +152,7 @@ class Guide:
         obs = model.rollout_buffer.observations
         states = torch.as_tensor(obs.reshape(-1, *obs.shape[2:]), device=model.device)
         with torch.no_grad():
-            return states, policy.mean_actions(self.teacher, states)
+            return states, policy.action_targets(self.teacher, states)
 
 
 class GuidedPPO(PPO):
@@ -167,8 +173,7 @@ class GuidedPPO(PPO):
 
         def add_guide_gradient(*_: Any) -> None:
             rows = torch.randint(len(states), (self.batch_size,), device=states.device)
-            gap = policy.mean_actions(self.policy, states[rows]) - targets[rows]
-            loss = gap.pow(2).sum(dim=-1).mean()
+            loss = policy.guide_loss(self.policy, states[rows], targets[rows])
             (weight * loss).backward()
             losses.append(float(loss.detach()))
 
@@ -178,7 +183,7 @@ class GuidedPPO(PPO):
         finally:
             hook.remove()
         self.logger.record("train/guide_weight", weight)
-        self.logger.record("train/guide_mse", float(np.mean(losses)) if losses else float("nan"))
+        self.logger.record("train/guide_loss", float(np.mean(losses)) if losses else float("nan"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -257,6 +262,59 @@ def run_key(parts: Mapping[str, Any]) -> dict[str, Any]:
     """
     digests = {name: _digest(value) for name, value in sorted(parts.items())}
     return {"key": _digest(digests), "parts": digests}
+
+
+LOCK_WAIT_S = 60.0
+"""How long a trainer waits for another one to let go of a state directory before giving up
+(e.g. a preempted job still writing its checkpoint when its requeued self starts)."""
+
+
+class StateDirBusy(RuntimeError):
+    """Another live trainer holds the state directory."""
+
+
+@contextlib.contextmanager
+def lock_state_dir(state_dir: Path, wait: float | None = None) -> Iterator[None]:
+    """Hold an exclusive lock on ``state_dir`` (the file ``<state_dir>.lock`` beside it).
+
+    An OS file lock (``flock``), released by the kernel when its process ends, however it ends:
+    a hard-killed trainer never leaves a stale lock, and a live one is never ignored. So a SLURM
+    retry or requeue of a job whose first run is still going (a lost node, a slow shutdown)
+    waits up to ``wait`` seconds (default :data:`LOCK_WAIT_S`) and then fails, with
+    :class:`StateDirBusy` naming the holder, instead of training on the same state. On a shared
+    filesystem this relies on its locks reaching every node (NFSv4 and Lustre with ``flock`` do;
+    check yours).
+    """
+    wait = LOCK_WAIT_S if wait is None else wait
+    lock_path = state_dir.parent / f"{state_dir.name}.lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    holder = os.pread(fd, 4096, 0).decode(errors="replace").strip()
+                    raise StateDirBusy(
+                        f"{state_dir} is in use by another trainer ({holder or 'unknown'}), "
+                        f"still after {wait:.0f} s; two runs never share a state directory. "
+                        "Wait for that job to end (or cancel it); its lock goes with its process"
+                    ) from None
+                time.sleep(0.2)
+        holder = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "slurm_job": os.environ.get("SLURM_JOB_ID"),
+            "since": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        }
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(holder).encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def claim_state_dir(state_dir: Path, key: Mapping[str, Any]) -> bool:
@@ -416,7 +474,7 @@ def build_model(
     if init == "bc":
         warm = rl_cfg["warm_start"]
         model.policy.load_state_dict(clone.state_dict(), strict=True)
-        if warm["log_std"] is not None:
+        if warm["log_std"] is not None and hasattr(model.policy, "log_std"):  # Gaussian only
             with torch.no_grad():
                 model.policy.log_std.fill_(float(warm["log_std"]))
         warmup = int(warm["critic_warmup_steps"])
@@ -474,85 +532,90 @@ def train_rl(
         raise ValueError(f"init must be one of {', '.join(ARMS)}, got {init!r}")
     torch.set_num_threads(1)  # small MLPs: one thread is fastest and keeps results exact
     state_dir = Path(state_dir)
-    resume = claim_state_dir(state_dir, key)
-    demos = dataset.read(demos_path)
-    obs_space, act_space = tasks.spaces(env_id, env_kwargs)
-    bc.check_dataset(demos, obs_space, act_space, env_id)
-    clone = None
-    if init == "scratch":
-        normalizer = dataset_normalizer(demos, clip_obs=clip_obs)
-    elif bc_checkpoint is None:
-        raise ValueError(f"the {init} arm needs a BC checkpoint")
-    else:  # the warm start loads the clone into its own network: that must be the config's
-        clone, normalizer, _ = policy.load_checkpoint(
-            bc_checkpoint, obs_space, act_space, policy_cfg if init == "bc" else None
-        )
-    env = make_training_env(env_id, env_kwargs, rl_cfg, normalizer, n_workers=threads)
-    try:  # the env (worker processes with subproc) must not outlive a failed start
-        seed = seeds.rl_seed(base_seed, run_seed)
-        device = policy.resolve_device(rl_cfg["device"])
-        model, warmup = build_model(
-            init,
-            env,
-            policy_cfg=policy_cfg,
-            rl_cfg=rl_cfg,
-            clone=clone,
-            demos=lambda: _demo_tensors(demos, normalizer, act_space, device),
-            seed=seed,
-            device=device,
-        )
-        resumed, evaluations = 0, []
-        if resume:
-            state = json.loads((state_dir / STATE).read_text())
-            load_checkpoint(state_dir / CHECKPOINT, model)
-            resumed = state["resumed"] + 1
-            model.set_random_seed(seed + resumed * rl_cfg["n_envs"])  # fresh, still in the RL block
-            evaluations = state["evaluations"]
-            log.info("resuming from step %d (resume #%d)", model.num_timesteps, resumed)
-        total = int(rl_cfg["total_timesteps"])
-    except BaseException:
-        env.close()
-        raise
-    eval_seeds = evaluation.heldout_seeds(base_seed, eval_episodes)
-    act_space_env = act_space
+    with lock_state_dir(state_dir):  # held until the run ends: no two trainers share it
+        resume = claim_state_dir(state_dir, key)
+        demos = dataset.read(demos_path)
+        obs_space, act_space = tasks.spaces(env_id, env_kwargs)
+        bc.check_dataset(demos, obs_space, act_space, env_id)
+        clone = None
+        if init == "scratch":
+            normalizer = dataset_normalizer(demos, clip_obs=clip_obs)
+        elif bc_checkpoint is None:
+            raise ValueError(f"the {init} arm needs a BC checkpoint")
+        else:  # the warm start loads the clone into its own network: that must be the config's
+            clone, normalizer, ckpt = policy.load_checkpoint(
+                bc_checkpoint, obs_space, act_space, policy_cfg if init == "bc" else None
+            )
+            policy.check_dataset_hash(bc_checkpoint, ckpt, demos_path, demos.attrs["content_hash"])
+        env = make_training_env(env_id, env_kwargs, rl_cfg, normalizer, n_workers=threads)
+        try:  # the env (worker processes with subproc) must not outlive a failed start
+            seed = seeds.rl_seed(base_seed, run_seed)
+            device = policy.resolve_device(rl_cfg["device"])
+            model, warmup = build_model(
+                init,
+                env,
+                policy_cfg=policy_cfg,
+                rl_cfg=rl_cfg,
+                clone=clone,
+                demos=lambda: _demo_tensors(demos, normalizer, act_space, device),
+                seed=seed,
+                device=device,
+            )
+            resumed, evaluations = 0, []
+            if resume:
+                state = json.loads((state_dir / STATE).read_text())
+                load_checkpoint(state_dir / CHECKPOINT, model)
+                resumed = state["resumed"] + 1
+                # fresh draws, still in the RL seed block
+                model.set_random_seed(seed + resumed * rl_cfg["n_envs"])
+                evaluations = state["evaluations"]
+                log.info("resuming from step %d (resume #%d)", model.num_timesteps, resumed)
+            total = int(rl_cfg["total_timesteps"])
+        except BaseException:
+            env.close()
+            raise
+        eval_seeds = evaluation.heldout_seeds(base_seed, eval_episodes)
+        act_space_env = act_space
 
-    def evaluate() -> dict[str, float]:
-        actor = policy.make_actor(model.policy, normalizer, act_space_env)
-        result = evaluation.evaluate(env_id, env_kwargs, actor, eval_seeds, n_envs=eval_envs)
-        return evaluation.summary(result)
+        def evaluate() -> dict[str, float]:
+            actor = policy.make_actor(model.policy, normalizer, act_space_env)
+            result = evaluation.evaluate(env_id, env_kwargs, actor, eval_seeds, n_envs=eval_envs)
+            return evaluation.summary(result)
 
-    run = _Run(model, state_dir, dict(rl_cfg), evaluate, evaluations, resumed, checkpoint_every)
-    run.last_checkpoint = model.num_timesteps
-    if evaluations:
-        run.last_eval = int(evaluations[-1]["step"])
-    segment = state_dir / f"progress-{model.num_timesteps:09d}.csv"
-    outputs: list[KVWriter] = [LogLines(total), CSVOutputFormat(str(segment))]
-    if log_metrics is not None:
-        outputs.append(MetricsSink(log_metrics))
-    model.set_logger(Logger(folder=None, output_formats=outputs))
+        run = _Run(model, state_dir, dict(rl_cfg), evaluate, evaluations, resumed, checkpoint_every)
+        run.last_checkpoint = model.num_timesteps
+        if evaluations:
+            run.last_eval = int(evaluations[-1]["step"])
+        segment = state_dir / f"progress-{model.num_timesteps:09d}.csv"
+        outputs: list[KVWriter] = [LogLines(total), CSVOutputFormat(str(segment))]
+        if log_metrics is not None:
+            outputs.append(MetricsSink(log_metrics))
+        model.set_logger(Logger(folder=None, output_formats=outputs))
 
-    callback = Checkpointing(run)
-    previous = signal.signal(signal.SIGTERM, lambda *_: setattr(callback, "stop", True))
-    start = time.perf_counter()
-    try:
-        if model.num_timesteps < warmup:
-            log.info("critic warm-up: actor frozen for %d env steps", warmup)
-            with _frozen(bc.actor_parameters(model.policy)):
+        callback = Checkpointing(run)
+        previous = signal.signal(signal.SIGTERM, lambda *_: setattr(callback, "stop", True))
+        start = time.perf_counter()
+        try:
+            if model.num_timesteps < warmup:
+                log.info("critic warm-up: actor frozen for %d env steps", warmup)
+                with _frozen(bc.actor_parameters(model.policy)):
+                    model.learn(
+                        warmup - model.num_timesteps, callback=callback, reset_num_timesteps=False
+                    )
+            if not callback.stop and model.num_timesteps < total:
                 model.learn(
-                    warmup - model.num_timesteps, callback=callback, reset_num_timesteps=False
+                    total - model.num_timesteps, callback=callback, reset_num_timesteps=False
                 )
-        if not callback.stop and model.num_timesteps < total:
-            model.learn(total - model.num_timesteps, callback=callback, reset_num_timesteps=False)
-        if callback.stop:
-            run.save(callback.steps_at_rollout_start)
-            raise Preempted(f"SIGTERM: checkpoint at step {callback.steps_at_rollout_start}")
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        env.close()
-    run.maybe_evaluate(model.num_timesteps, force=run.last_eval != model.num_timesteps)
-    run.save(model.num_timesteps)
-    log.info("trained %d env steps in %.1f s", model.num_timesteps, time.perf_counter() - start)
-    return RLResult(model, normalizer, run.evaluations, model.num_timesteps, resumed)
+            if callback.stop:
+                run.save(callback.steps_at_rollout_start)
+                raise Preempted(f"SIGTERM: checkpoint at step {callback.steps_at_rollout_start}")
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+            env.close()
+        run.maybe_evaluate(model.num_timesteps, force=run.last_eval != model.num_timesteps)
+        run.save(model.num_timesteps)
+        log.info("trained %d env steps in %.1f s", model.num_timesteps, time.perf_counter() - start)
+        return RLResult(model, normalizer, run.evaluations, model.num_timesteps, resumed)
 
 
 def progress_table(state_dir: str | Path) -> pd.DataFrame:
@@ -597,8 +660,9 @@ def _demo_tensors(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     rows = demos.step_rows(demos.split["train"])
     obs = normalizer(demos.steps["observations"][rows])
-    actions = policy.scale_actions(demos.steps["actions"][rows], action_space)
-    return torch.as_tensor(obs, device=device), torch.as_tensor(actions, device=device)
+    actions = torch.as_tensor(policy.scale_actions(demos.steps["actions"][rows], action_space))
+    targets = policy.demo_targets(actions, policy.policy_action_space(action_space))
+    return torch.as_tensor(obs, device=device), targets.to(device)
 
 
 class _frozen:

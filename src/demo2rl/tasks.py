@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -61,9 +62,11 @@ def make_vector_env(
     """A batch of ``num_envs`` environments in this process.
 
     Uses the task's own batched implementation (its ``vector_entry_point``) when it registers
-    one, as ``Racing-v0`` does, and gymnasium's ``SyncVectorEnv`` of single envs otherwise.
+    one that takes an ``autoreset_mode``, as ``Racing-v0`` does, and gymnasium's
+    ``SyncVectorEnv`` of single envs otherwise (e.g. gymnasium's own ``CartPoleVectorEnv``,
+    which only resets on the next step).
     """
-    if env_spec(env_id).vector_entry_point is not None:
+    if has_vector_env(env_id):
         return gym.make_vec(
             env_id,
             num_envs=num_envs,
@@ -78,6 +81,19 @@ def make_vector_env(
         vector_kwargs={"autoreset_mode": autoreset_mode},
         **dict(env_kwargs),
     )
+
+
+def has_vector_env(env_id: str) -> bool:
+    """Whether the task registers a batched gymnasium env that takes an ``autoreset_mode`` (the
+    rollouts need ``AutoresetMode.DISABLED``, which a vector env without that argument lacks)."""
+    entry_point = env_spec(env_id).vector_entry_point
+    if entry_point is None:
+        return False
+    factory = resolve_entry_point(entry_point) if isinstance(entry_point, str) else entry_point
+    try:
+        return "autoreset_mode" in inspect.signature(factory).parameters
+    except (TypeError, ValueError):  # no signature to read: do not guess
+        return False
 
 
 def resolve_entry_point(entry_point: str) -> Any:

@@ -19,11 +19,7 @@ import numpy as np
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 from stable_baselines3.common.vec_env.base_vec_env import CloudpickleWrapper
 
-from demo2rl import tasks
-
-VEC_ENVS = ("native", "dummy", "subproc")
-NATIVE = {"Racing-v0": "demo2rl.envs.sb3:RacingVecEnv"}
-"""Tasks with a batched SB3 VecEnv of their own: env id -> entry point (num_envs, **kwargs)."""
+from demo2rl import tasks, vec_kinds
 
 
 def make_vec_env(
@@ -35,23 +31,26 @@ def make_vec_env(
     n_workers: int = 1,
     wrap: Callable[[gym.Env], gym.Env] | None = None,
 ) -> VecEnv:
-    """``n_envs`` envs of the task as an SB3 VecEnv of the given kind (see the module doc).
+    """``n_envs`` envs of the task as an SB3 VecEnv of the given kind (see the module doc; ``auto``
+    is resolved by :func:`demo2rl.vec_kinds.resolve_vec_env`).
 
     ``wrap`` is applied to each single env (dummy, subproc); a native VecEnv gets none, so a task
     whose envs need wrapping (e.g. action rescaling) must use dummy or subproc.
     """
+    kind = vec_kinds.resolve_vec_env(kind, env_id)
     if kind == "native":
-        if env_id not in NATIVE:
-            raise ValueError(f"rl.vec_env 'native': {env_id!r} has no native VecEnv; use dummy")
+        native = vec_kinds.native_vec_env(env_id)
+        if native is None:
+            raise ValueError(f"rl.vec_env 'native': {env_id!r} has no native VecEnv; use auto")
         if wrap is not None:
             raise ValueError(f"rl.vec_env 'native': {env_id!r} needs wrapped envs; use dummy")
-        return tasks.resolve_entry_point(NATIVE[env_id])(n_envs, **dict(env_kwargs))
+        return tasks.resolve_entry_point(native)(n_envs, **dict(env_kwargs))
     fns = [_EnvFactory(env_id, dict(env_kwargs), wrap) for _ in range(n_envs)]
     if kind == "dummy":
         return DummyVecEnv(fns)
     if kind == "subproc":
         return WorkerPoolVecEnv(fns, n_workers)
-    raise ValueError(f"rl.vec_env must be one of {VEC_ENVS}, got {kind!r}")
+    raise ValueError(f"rl.vec_env must be one of {vec_kinds.VEC_ENVS}, got {kind!r}")
 
 
 class _EnvFactory:

@@ -34,3 +34,14 @@ def pendulum(
     swing = np.where(np.abs(speed) < 1e-3, 2.0, swing)  # at rest at the bottom: start a swing
     hold = -kp * theta - kd * speed
     return np.clip(np.where(cos >= catch, hold, swing), -2.0, 2.0).astype(np.float32)[:, None]
+
+
+def cart_pole(obs: np.ndarray, *, angle: float = 1.0, spin: float = 0.5) -> np.ndarray:
+    """CartPole-v1 (Discrete(2): 0 pushes left, 1 right): push towards where the pole is falling.
+
+    Observations are ``(x, x_dot, theta, theta_dot)``; the cart is pushed right when
+    ``angle * theta + spin * theta_dot > 0``. Balances for the full 500 steps from gymnasium's
+    start states; it ignores the cart's position, so the cart drifts.
+    """
+    falling = angle * obs[:, 2] + spin * obs[:, 3]
+    return (falling > 0.0).astype(np.int64)

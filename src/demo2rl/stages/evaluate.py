@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from demo2rl import evaluation, groups, io, policy, provenance, tasks
+from demo2rl import dataset, evaluation, groups, io, policy, provenance, tasks
 from demo2rl.tracking import Run
 
 log = logging.getLogger(__name__)
@@ -21,6 +21,7 @@ def evaluate_policy(
     *,
     name: str,
     checkpoint: str | None,
+    demos_path: str | None,
     out: str,
     task: dict[str, Any],
     episodes: int,
@@ -32,8 +33,9 @@ def evaluate_policy(
 
     Writes the evaluation record (per-episode metrics, the raw info values, the first episode's
     actions for replays) to ``out`` and logs its means on the job's run, tagged with the policy.
-    A learned policy's network is built from the config its checkpoint records. ``n_envs`` (envs
-    stepped together) changes speed, never results.
+    A learned policy's network is built from the config its checkpoint records, and the
+    checkpoint must record the content hash of ``demos_path`` (the experiment's dataset) as the
+    one it was trained on. ``n_envs`` (envs stepped together) changes speed, never results.
     """
     torch.set_num_threads(1)  # small MLPs, batch of a few envs: one thread is fastest
     group = groups.policy_group(name)
@@ -44,9 +46,11 @@ def evaluate_policy(
         actor = tasks.load_expert(task["expert"]["entry_point"], task["expert"]["kwargs"])
         source = {"expert": dict(task["expert"])}
     else:
-        if checkpoint is None:
-            raise ValueError(f"policy {name!r} needs a checkpoint")
+        if checkpoint is None or demos_path is None:
+            raise ValueError(f"policy {name!r} needs a checkpoint and the dataset")
         net, normalizer, ckpt = policy.load_checkpoint(checkpoint, obs_space, act_space)
+        digest = dataset.read_attrs(demos_path)["content_hash"]
+        policy.check_dataset_hash(checkpoint, ckpt, demos_path, digest)
         actor = policy.make_actor(net, normalizer, act_space)
         meta = ckpt.get("meta", {})
         source = {

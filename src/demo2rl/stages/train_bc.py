@@ -39,7 +39,7 @@ def train_bc(
     time; ``eval_envs`` and ``threads`` change speed, never results.
     """
     obs_space, act_space = tasks.spaces(task["env_id"], task["env_kwargs"])
-    digest = dataset.read_attrs(demos_path)["content_hash"]
+    digest = dataset.verify(demos_path)  # a truncated or altered dataset stops the run here
     run.log_dataset(demos_path, digest, context="training")
     result = bc.train_bc(
         demos_path,  # a path, so that BC can stream it when it does not fit in memory
@@ -88,7 +88,7 @@ def train_bc(
         "heldout_episodes": len(heldout),
         "bc_return_mean": bc_eval["return_mean"],
         "expert_return_mean": expert_eval["return_mean"],
-        "bc_vs_expert": bc_eval["return_mean"] / expert_eval["return_mean"],
+        "bc_vs_expert": _ratio(bc_eval["return_mean"], expert_eval["return_mean"]),
         "dataset_hash": digest,
         "history": result.history,
         "versions": provenance.versions(),
@@ -100,10 +100,16 @@ def train_bc(
     run.set_tags({"demo2rl.stop_reason": result.stop_reason, "demo2rl.data_path": result.data_path})
     run.log_artifact(policy_out)
     log.info(
-        "BC return %.2f vs expert %.2f on %d held-out episodes (%.1f%%)",
+        "BC return %.2f vs expert %.2f on %d held-out episodes",
         bc_eval["return_mean"],
         expert_eval["return_mean"],
         len(heldout),
-        100 * metrics["bc_vs_expert"],
     )
     return metrics
+
+
+def _ratio(clone: float, expert: float) -> float:
+    """The clone's return as a fraction of the expert's; NaN (not a division by zero, not a
+    number with the wrong sign) when the expert's return is not positive, e.g. a sparse-reward
+    task in which the expert scores 0."""
+    return float(clone / expert) if expert > 0 else math.nan

@@ -41,7 +41,7 @@ def train_rl(
     a run of another config, other inputs or other code is never resumed. ``threads``,
     ``eval_envs`` and ``checkpoint_every`` change speed only and are not part of it.
     """
-    digest = dataset.read_attrs(demos_path)["content_hash"]
+    digest = dataset.verify(demos_path)  # a truncated or altered dataset stops the run here
     run.log_dataset(
         demos_path, digest, context="normalisation" if init == "scratch" else "training"
     )

@@ -1,0 +1,59 @@
+"""Tasks and experts a new user might bring that the workflow cannot use, as a config names them
+(``env_id: "probe_tasks:DictObs-v0"``, ``entry_point: probe_tasks:nan_actions``). The task probe
+must reject each before any job runs. The tests put this directory on PYTHONPATH."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+
+
+class _Tiny(gym.Env):
+    """A one-step task; subclasses change its spaces."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self.observation_space.sample(), {}
+
+    def step(self, action):
+        return self.observation_space.sample(), 0.0, True, False, {}
+
+
+class DictObsEnv(_Tiny):
+    observation_space = gym.spaces.Dict(
+        {"position": gym.spaces.Box(-1.0, 1.0, (2,)), "goal": gym.spaces.Box(-1.0, 1.0, (2,))}
+    )
+
+
+class MultiDiscreteEnv(_Tiny):
+    action_space = gym.spaces.MultiDiscrete([3, 3])
+
+
+gym.register(id="DictObs-v0", entry_point=DictObsEnv)
+gym.register(id="MultiDiscrete-v0", entry_point=MultiDiscreteEnv)
+
+
+def one_action(obs: np.ndarray) -> np.ndarray:
+    """Ignores the batch: one action for every observation."""
+    return np.zeros(1, np.float32)
+
+
+def nan_actions(obs: np.ndarray) -> np.ndarray:
+    return np.full((len(obs), 1), np.nan, np.float32)
+
+
+def too_strong(obs: np.ndarray) -> np.ndarray:
+    """Pendulum-v1's torque is bounded by 2."""
+    return np.full((len(obs), 1), 5.0, np.float32)
+
+
+def float_indices(obs: np.ndarray) -> np.ndarray:
+    """For CartPole-v1: right answers, wrong dtype."""
+    return (obs[:, 2] > 0).astype(np.float64)
+
+
+def broken(obs: np.ndarray) -> np.ndarray:
+    return obs["position"]  # written for a Dict observation

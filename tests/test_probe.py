@@ -1,0 +1,190 @@
+"""The task probe rejects every task or expert the workflow cannot use before any job runs,
+naming the config key and what it found; good tasks pass it."""
+
+from __future__ import annotations
+
+import copy
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO, TEST_CONFIG, snakemake
+
+from demo2rl import probe, tasks, vec_kinds
+from demo2rl.config import ConfigError
+
+TESTS = Path(__file__).parent
+sys.path.insert(0, str(TESTS))  # probe_tasks, a user's own (bad) task module
+BASE = yaml.safe_load(TEST_CONFIG.read_text())
+BASE["rl"] |= {"inits": ["bc", "residual", "kickstart", "scratch"], "vec_env": "auto"}
+
+
+def config_with(**task) -> dict:
+    """The test config with the task's keys (env_id, env_kwargs, expert, expert_kwargs) set;
+    an env other than Racing-v0 starts from an empty env_kwargs."""
+    config = copy.deepcopy(BASE)
+    if "env_id" in task:
+        config["task"]["env_id"] = task["env_id"]
+        config["task"]["env_kwargs"] = {}
+    if "env_kwargs" in task:
+        config["task"]["env_kwargs"] = task["env_kwargs"]
+    if "expert" in task:
+        config["task"]["expert"] = {"entry_point": task["expert"], "kwargs": {}}
+    if "expert_kwargs" in task:
+        config["task"]["expert"]["kwargs"] = task["expert_kwargs"]
+    return config
+
+
+CARTPOLE = {"env_id": "CartPole-v1", "expert": "demo2rl.experts.classic:cart_pole"}
+PENDULUM = {"env_id": "Pendulum-v1", "expert": "demo2rl.experts.classic:pendulum"}
+BAD = {
+    "Dict observations": (
+        config_with(env_id="probe_tasks:DictObs-v0", expert="probe_tasks:broken"),
+        "task.env_id",
+        ["observation space Dict(", "not supported", "FlattenObservation"],
+    ),
+    "MultiDiscrete actions": (
+        config_with(env_id="probe_tasks:MultiDiscrete-v0", expert="probe_tasks:one_action"),
+        "task.env_id",
+        ["action space MultiDiscrete([3 3])", "not supported"],
+    ),
+    "typo in env_kwargs (checked against the env's signature)": (
+        config_with(**CARTPOLE, env_kwargs={"sutton_barto_rewrd": True}),
+        "task.env_kwargs.sutton_barto_rewrd",
+        ["takes no argument 'sutton_barto_rewrd'", "sutton_barto_reward"],
+    ),
+    "typo in env_kwargs (an env taking **kwargs)": (
+        config_with(env_kwargs={"max_stpes": 150}),
+        "task.env_kwargs",
+        ["making 'Racing-v0' failed", "max_stpes"],
+    ),
+    "typo in the expert's kwargs": (
+        config_with(expert_kwargs={"margn": 0.6}),
+        "task.expert.kwargs.margn",
+        ["takes no argument 'margn'", "margin"],
+    ),
+    "expert ignores the batch": (
+        config_with(expert="probe_tasks:one_action"),
+        "task.expert.entry_point",
+        ["shape (1,) for a batch of 2 observations", "expected (2, 2)"],
+    ),
+    "expert returns NaN": (
+        config_with(expert="probe_tasks:nan_actions"),
+        "task.expert.entry_point",
+        ["shape (2, 1)"],  # Racing-v0 has 2 action dims: the shape check comes first
+    ),
+    "expert returns NaN, right shape": (
+        config_with(env_id="Pendulum-v1", expert="probe_tasks:nan_actions"),
+        "task.expert.entry_point",
+        ["non-finite actions"],
+    ),
+    "expert outside the bounds": (
+        config_with(env_id="Pendulum-v1", expert="probe_tasks:too_strong"),
+        "task.expert.entry_point",
+        ["action value 5.0 outside the action space's bounds [-2.0, 2.0]"],
+    ),
+    "float actions for a Discrete space": (
+        config_with(env_id="CartPole-v1", expert="probe_tasks:float_indices"),
+        "task.expert.entry_point",
+        ["float64 actions for action space Discrete(2)", "integer"],
+    ),
+    "expert raises": (
+        config_with(expert="probe_tasks:broken"),
+        "task.expert.entry_point",
+        ["the expert raised on a batch of 2 reset observations", "IndexError", "probe_tasks.py"],
+    ),
+    "residual arm on Discrete actions": (
+        config_with(**CARTPOLE),
+        "rl.inits",
+        ["the residual arm needs continuous (Box) actions", "Discrete(2)"],
+    ),
+    "native vec env the task does not have": (
+        config_with(**PENDULUM) | {"rl": BASE["rl"] | {"vec_env": "native"}},
+        "rl.vec_env",
+        ["'Pendulum-v1' registers no batched VecEnv of its own"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BAD)
+def test_the_probe_rejects_a_bad_task_naming_the_key(case):
+    config, key, expected = BAD[case]
+    start = time.perf_counter()
+    with pytest.raises(ConfigError) as caught:
+        probe.probe_task(config)
+    print(f"{case}: rejected in {time.perf_counter() - start:.3f} s: {caught.value}")
+    assert caught.value.key == key
+    for text in expected:
+        assert text in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "config",
+    ["config.yaml", "test.yaml", "mountaincar.yaml", "pendulum.yaml", "cartpole.yaml"],
+)
+def test_the_shipped_tasks_pass_the_probe(config):
+    spec = yaml.safe_load((REPO / "config" / config).read_text())
+    full = copy.deepcopy(BASE)
+    full["task"] = spec["task"]
+    full["rl"]["inits"] = spec.get("rl", {}).get("inits", BASE["rl"]["inits"])
+    found = probe.probe_task(full)
+    assert found.observation_space.shape and found.seconds > 0
+
+
+def test_gymnasium_make_keywords_are_not_typos():
+    config = config_with(**CARTPOLE, env_kwargs={"max_episode_steps": 50})
+    config["rl"]["inits"] = ["bc", "scratch"]
+    probe.probe_task(config)
+
+
+@pytest.mark.parametrize("case", ["Dict observations", "typo in the expert's kwargs"])
+def test_the_workflow_stops_before_any_job(case, tmp_path: Path):
+    """Through the real Snakefile: the error names the key, and nothing ran."""
+    config, key, expected = BAD[case]
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(config))
+    proc = snakemake(
+        tmp_path,
+        "--cores",
+        "1",
+        "--configfile",
+        str(path),
+        env={"PYTHONPATH": str(TESTS)},
+        check=False,
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, output
+    assert f"Invalid config: config key {key!r}" in output
+    for text in expected:
+        assert text in output
+    assert not (tmp_path / "results").exists(), "nothing may run on a bad task"
+
+
+def test_auto_picks_the_tasks_own_vec_env_else_dummy():
+    assert vec_kinds.resolve_vec_env("auto", "Racing-v0") == "native"
+    assert vec_kinds.resolve_vec_env("auto", "demo2rl.envs:Racing-v0") == "native"
+    assert vec_kinds.resolve_vec_env("auto", "CartPole-v1") == "dummy"
+    assert vec_kinds.resolve_vec_env("subproc", "Racing-v0") == "subproc"
+    with pytest.raises(tasks.TaskError, match="rl.vec_env must be one of"):
+        vec_kinds.resolve_vec_env("threads", "Racing-v0")
+
+
+def test_a_registered_vec_env_is_the_tasks_own(monkeypatch):
+    monkeypatch.setitem(vec_kinds.NATIVE_VEC_ENVS, "CartPole-v1", "somewhere:CartPoleVecEnv")
+    assert vec_kinds.resolve_vec_env("auto", "CartPole-v1") == "native"
+    vec_kinds.register_native_vec_env("probe_tasks:DictObs-v0", "probe_tasks:Nothing")
+    try:
+        assert vec_kinds.native_vec_env("probe_tasks:DictObs-v0") == "probe_tasks:Nothing"
+    finally:
+        del vec_kinds.NATIVE_VEC_ENVS["DictObs-v0"]
+
+
+def test_rollouts_use_a_registered_vector_env_only_if_it_takes_an_autoreset_mode():
+    """gymnasium's CartPoleVectorEnv resets on the next step only: the rollouts (which need
+    autoreset disabled) use SyncVectorEnv for it, and Racing-v0's own vector env."""
+    assert tasks.has_vector_env("Racing-v0")
+    assert tasks.env_spec("CartPole-v1").vector_entry_point is not None
+    assert not tasks.has_vector_env("CartPole-v1")
+    assert not tasks.has_vector_env("Pendulum-v1")
