@@ -3,6 +3,7 @@ tracking outage in the middle of an RL job costs no training."""
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 import os
@@ -11,6 +12,7 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -20,7 +22,8 @@ from typing import Any
 import pandas as pd
 import pytest
 import yaml
-from conftest import BIN, REPO, TEST_CONFIG, snakemake
+from conftest import BIN, REPO, TEST_CONFIG, snakemake, unavailable
+from mlflow.exceptions import MlflowException
 
 from demo2rl import dataset, tracking
 
@@ -56,10 +59,22 @@ class MlflowServer:
     server's workers outlive a plain kill of the server process.
     """
 
-    def __init__(self, root: Path, port: int | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        port: int | None = None,
+        *,
+        app_name: str | None = None,
+        env: dict[str, str] | None = None,
+        auth: tuple[str, str] | None = None,
+    ) -> None:
         self.root = root
         self.port = port or free_port()
         self.store = f"sqlite:///{root / 'mlflow.db'}"
+        self.app_name = app_name
+        self.env = env or {}
+        self.auth = auth
+        """Credentials (user, password) of the REST calls below, for a server with a login."""
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -76,9 +91,11 @@ class MlflowServer:
             "--workers=1",
             f"--backend-store-uri={self.store}",
             f"--artifacts-destination={self.root / 'artifacts'}",
+            *([f"--app-name={self.app_name}"] if self.app_name else []),
         ]
         env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
         env["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] = "false"  # GenAI job runners: not needed
+        env |= self.env
         with open(self.root / "server.log", "ab") as out:
             self.proc = subprocess.Popen(
                 cmd,
@@ -125,15 +142,31 @@ class MlflowServer:
         return (self.root / "server.log").read_text(errors="replace")[-chars:]
 
     def get(self, endpoint: str, **query: Any) -> dict[str, Any]:
-        url = f"{self.url}/api/2.0/mlflow/{endpoint}?{urllib.parse.urlencode(query)}"
-        with urllib.request.urlopen(url, timeout=30) as resp:
-            return json.load(resp)
+        return self.call("GET", f"{endpoint}?{urllib.parse.urlencode(query)}")
 
     def post(self, endpoint: str, payload: dict[str, Any]) -> dict[str, Any]:
+        return self.call("POST", endpoint, payload)
+
+    def call(
+        self,
+        method: str,
+        endpoint: str,
+        payload: dict[str, Any] | None = None,
+        auth: tuple[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """One REST call to ``/api/2.0/mlflow/<endpoint>`` (or to ``endpoint`` if it is a path),
+        with ``auth`` (default :attr:`auth`) as HTTP basic credentials when there are any."""
+        headers = {"Content-Type": "application/json"}
+        user_password = auth or self.auth
+        if user_password:
+            token = base64.b64encode(":".join(user_password).encode()).decode()
+            headers["Authorization"] = f"Basic {token}"
+        path = endpoint if endpoint.startswith("/") else f"/api/2.0/mlflow/{endpoint}"
         request = urllib.request.Request(
-            f"{self.url}/api/2.0/mlflow/{endpoint}",
-            data=json.dumps(payload).encode(),
-            headers={"Content-Type": "application/json"},
+            f"{self.url}{path}",
+            data=None if payload is None else json.dumps(payload).encode(),
+            headers=headers,
+            method=method,
         )
         with urllib.request.urlopen(request, timeout=30) as resp:
             return json.load(resp)
@@ -363,3 +396,151 @@ def wait_for(condition, timeout: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.2)
+
+
+# --------------------------------------------------------------------------------------------
+# a server with a login: MLflow's basic-auth app
+
+ADMIN = ("admin", "first-admin-password")
+ADMIN_CHANGED = ("admin", "changed-admin-password")
+ALICE = ("alice", "alice-password-123")
+AUTH_CONFIG = """\
+[mlflow]
+default_permission = NO_PERMISSIONS
+database_uri = sqlite:///{root}/basic_auth.db
+admin_username = admin
+authorization_function = mlflow.server.auth:authenticate_request_basic_auth
+auth_cache_ttl_seconds = 60
+"""
+
+
+@pytest.fixture(scope="module")
+def auth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
+    """A real ``mlflow server --app-name basic-auth`` (as in the README): the admin's first
+    password from MLFLOW_AUTH_ADMIN_PASSWORD, then changed; a user ``alice`` created by the
+    admin. Nobody but the admin and the experiments' creators may read anything."""
+    root = tmp_path_factory.mktemp("mlflow-auth")
+    config = root / "basic_auth.ini"
+    config.write_text(AUTH_CONFIG.format(root=root))
+    env = {
+        "MLFLOW_AUTH_CONFIG_PATH": str(config),
+        "MLFLOW_FLASK_SERVER_SECRET_KEY": "a-static-secret-for-the-test",
+        "MLFLOW_AUTH_ADMIN_PASSWORD": ADMIN[1],
+    }
+    server = MlflowServer(root, app_name="basic-auth", env=env, auth=ADMIN)
+    try:
+        server.start()
+    except RuntimeError as err:
+        unavailable(f"mlflow server --app-name basic-auth did not start: {err}")
+    try:
+        password = {"username": "admin", "password": ADMIN_CHANGED[1]}
+        server.call("PATCH", "users/update-password", password | {"current_password": ADMIN[1]})
+        server.auth = ADMIN_CHANGED
+        server.post("users/create", {"username": ALICE[0], "password": ALICE[1]})
+        yield server
+    finally:
+        server.stop()
+
+
+def status_of(server: MlflowServer, endpoint: str, auth: tuple[str, str] | None) -> int:
+    """The HTTP status of a plain GET to the REST API with ``auth`` (None: no credentials)."""
+    url = f"{server.url}/api/2.0/mlflow/{endpoint}"
+    headers = {}
+    if auth:
+        headers["Authorization"] = "Basic " + base64.b64encode(":".join(auth).encode()).decode()
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=30):
+            return 200
+    except urllib.error.HTTPError as err:
+        return err.code
+
+
+def test_a_server_with_a_login_refuses_requests_without_credentials(auth_server: MlflowServer):
+    search = "experiments/search?max_results=10"
+    assert status_of(auth_server, search, None) == 401
+    assert status_of(auth_server, search, ADMIN) == 401, "the admin's first password is gone"
+    assert status_of(auth_server, search, ("alice", "a-wrong-password")) == 401
+    assert status_of(auth_server, search, ADMIN_CHANGED) == 200
+    assert status_of(auth_server, search, ALICE) == 200
+
+
+def test_the_workflow_logs_to_a_server_with_a_login(auth_server: MlflowServer, tmp_path: Path):
+    """A real (tiny) workflow run whose jobs get the user's credentials from the environment,
+    as SLURM passes it: the parent run and the job's run arrive, made by that user."""
+    workdir = tmp_path / "work"
+    shard = f"{RESULTS}/demos/shard-0.h5"
+    credentials = {"MLFLOW_TRACKING_USERNAME": ALICE[0], "MLFLOW_TRACKING_PASSWORD": ALICE[1]}
+    env = {"MLFLOW_TRACKING_URI": auth_server.url, **credentials}
+    snakemake(workdir, shard, "--cores=1", "--configfile", str(TEST_CONFIG), env=env)
+    runs = by_name(auth_server.runs(EXP))
+    shard_name, parent_name = sorted(runs)
+    assert parent_name.startswith("workflow-") and shard_name == "collect-shard0"
+    parent, shard_run = runs[parent_name], runs[shard_name]
+    assert parent["info"]["status"] == shard_run["info"]["status"] == "FINISHED"
+    assert shard_run["data"]["tags"]["mlflow.parentRunId"] == parent["info"]["run_id"]
+    assert float(shard_run["data"]["metrics"]["job_seconds"]) > 0
+    experiment = auth_server.get("experiments/get-by-name", experiment_name=EXP)["experiment"]
+    tags = {t["key"]: t["value"] for t in experiment["tags"]}
+    assert tags["mlflow.experimentKind"] == "custom_model_development"
+    # created with alice's login: hers to manage (and to restore if it is deleted)
+    query = {"username": ALICE[0], "resource_type": "experiment"}
+    query["resource_id"] = experiment["experiment_id"]
+    endpoint = f"/api/3.0/mlflow/users/permissions/get?{urllib.parse.urlencode(query)}"
+    assert auth_server.call("GET", endpoint)["permission"] == "MANAGE"
+
+
+def tracking_env(mp: pytest.MonkeyPatch, **env: str) -> None:
+    """Only ``env`` of the variables demo2rl.tracking reads or sets, all undone after the test."""
+    keys = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_URI")
+    keys += ("MLFLOW_EXPERIMENT_ID", "MLFLOW_EXPERIMENT_NAME", tracking.PARENT_ENV)
+    keys += tuple(f"MLFLOW_HTTP_REQUEST_{k}" for k in ("TIMEOUT", "MAX_RETRIES", "BACKOFF_FACTOR"))
+    for key in keys:
+        mp.setenv(key, "")  # recorded, so whatever start_workflow sets is undone
+        mp.delenv(key)
+    for key, value in env.items():
+        mp.setenv(key, value)
+
+
+def test_missing_credentials_stop_the_workflow_at_its_start(
+    auth_server: MlflowServer, monkeypatch: pytest.MonkeyPatch
+):
+    """Every job's tracking would be refused: the workflow stops before any job, saying why."""
+    tracking_env(monkeypatch, MLFLOW_TRACKING_URI=auth_server.url)
+    monkeypatch.setenv("HOME", str(auth_server.root))  # no ~/.mlflow/credentials either
+    with pytest.raises(MlflowException, match="401") as caught:
+        tracking.start_workflow("no-login", {"experiment": "no-login"})
+    message = str(caught.value)
+    assert "rejected the workflow's tracking at its start" in message
+    assert "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD" in message
+    assert tracking.PARENT_ENV not in os.environ
+
+
+def test_a_deleted_experiment_the_user_cannot_restore_is_an_error_naming_it(
+    auth_server: MlflowServer, monkeypatch: pytest.MonkeyPatch
+):
+    """The admin's experiment, shared with alice for editing, deleted by the admin: alice's
+    workflow may not restore it and stops with an error that names it and says what to do."""
+    experiment_id = auth_server.post("experiments/create", {"name": "admins"})["experiment_id"]
+    grant = {"username": ALICE[0], "resource_type": "experiment", "resource_id": experiment_id}
+    auth_server.call(
+        "POST", "/api/3.0/mlflow/users/permissions/grant", grant | {"permission": "EDIT"}
+    )
+    auth_server.post("experiments/delete", {"experiment_id": experiment_id})
+    tracking_env(
+        monkeypatch,
+        MLFLOW_TRACKING_URI=auth_server.url,
+        MLFLOW_TRACKING_USERNAME=ALICE[0],
+        MLFLOW_TRACKING_PASSWORD=ALICE[1],
+    )
+    with pytest.raises(tracking.ExperimentDeleted) as caught:
+        tracking.start_workflow("admins", {"experiment": "admins"})
+    message = str(caught.value)
+    assert f"MLflow experiment 'admins' (id {experiment_id})" in message
+    assert "is deleted and could not be restored" in message and "403" in message
+    assert f"mlflow experiments restore --experiment-id {experiment_id}" in message
+    assert (
+        auth_server.get("experiments/get", experiment_id=experiment_id)["experiment"][
+            "lifecycle_stage"
+        ]
+        == "deleted"
+    )

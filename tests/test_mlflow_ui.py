@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, TEST_CONFIG
+from conftest import REPO, TEST_CONFIG, unavailable
 from mlflow.tracking import MlflowClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -36,6 +36,9 @@ CHROMIUM_FLAGS = [
     "--window-size=1400,900",
 ]
 
+GENAI_NAV = ("Training runs", "Evaluation runs", "Judges", "Agent versions")
+"""Side-bar entries of the UI's GenAI view of an experiment (the model-training view has none)."""
+
 
 def chromium() -> str:
     """Debian's headless-capable Chromium, installed with apt-get when missing (as root)."""
@@ -43,15 +46,15 @@ def chromium() -> str:
     if found:
         return found
     if os.geteuid() != 0 or not shutil.which("apt-get"):
-        pytest.skip("needs Chromium: `apt-get install chromium` (Debian package), as root")
+        unavailable("needs Chromium: `apt-get install chromium` (Debian package), as root")
     env = os.environ | {"DEBIAN_FRONTEND": "noninteractive"}
     for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "chromium"]):
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
         if proc.returncode != 0:
-            pytest.skip(f"could not install Chromium ({' '.join(cmd)}): {proc.stderr[-500:]}")
+            unavailable(f"could not install Chromium ({' '.join(cmd)}): {proc.stderr[-500:]}")
     found = shutil.which("chromium")
     if not found:
-        pytest.skip("apt-get installed chromium but it is not on PATH")
+        unavailable("apt-get installed chromium but it is not on PATH")
     return found
 
 
@@ -90,6 +93,7 @@ def test_make_ui_lists_the_runs_and_stops_on_ctrl_c(test_workflow: Path, tmp_pat
     experiment = store.get_experiment_by_name(EXP)
     names = {r.info.run_name for r in store.search_runs([experiment.experiment_id])}
     assert len(names) > 5
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -104,9 +108,15 @@ def test_make_ui_lists_the_runs_and_stops_on_ctrl_c(test_workflow: Path, tmp_pat
     try:
         wait_healthy(url, ui)
         # sorted by name, the runs table lists child runs flat instead of folding them into
-        # their workflow's parent run
+        # their workflow's parent run. 3.17.2's UI opens the GenAI view unless asked for the
+        # model-training one, by its switch at the top left (kept in the browser) or by
+        # workflowType in the address; it does not go by the experiment's kind tag
         query = urllib.parse.urlencode(
-            {"orderByKey": "tags.`mlflow.runName`", "orderByAsc": "true"}
+            {
+                "orderByKey": "tags.`mlflow.runName`",
+                "orderByAsc": "true",
+                "workflowType": "machine_learning",
+            }
         )
         page = f"{url}/#/experiments/{experiment.experiment_id}/runs?{query}"
         profile = ["--user-data-dir=" + str(tmp_path / "chromium")]
@@ -136,7 +146,11 @@ def test_make_ui_lists_the_runs_and_stops_on_ctrl_c(test_workflow: Path, tmp_pat
         ui.wait(timeout=30)
     printed = (tmp_path / "make-ui.log").read_text()
     assert f"MLflow UI: {url}" in printed
-    assert "Training runs" in dom and EXP in dom
+    assert EXP in dom
+    # the model-training view: its side bar (Runs, Models), none of the GenAI view's entries
+    assert ">Runs<" in dom and ">Models<" in dom, f"not the model-training view: {page}"
+    genai = {label for label in GENAI_NAV if f">{label}<" in dom}
+    assert not genai, f"GenAI view entries on {page}: {genai}"
     missing = {name for name in names if f">{name}<" not in dom}
     assert not missing, f"runs not listed on {page}: {missing}"
     assert SCREENSHOT.stat().st_size > 20_000

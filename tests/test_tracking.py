@@ -261,3 +261,101 @@ def test_settings_are_importable_without_mlflow():
     code = "import sys, demo2rl.tracking_settings; print('mlflow' in sys.modules)"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == "False"
+
+
+# --------------------------------------------------------------------------------------------
+# the experiment: model-training kind, and deleted in the UI
+
+
+def start(experiment: str, store: Path) -> str:
+    """A workflow start against the module's store, for ``experiment``; the parent run id."""
+    parent = tracking.start_workflow(experiment, {"experiment": experiment}, results_dir=store)
+    assert parent is not None
+    return parent
+
+
+def kind(experiment: str) -> str | None:
+    return client().get_experiment_by_name(experiment).tags.get(tracking.EXPERIMENT_KIND_TAG)
+
+
+def test_experiments_are_marked_as_model_training(env: Path):
+    """MLflow 3's UI opens an experiment without this tag in its GenAI (traces) view."""
+    assert tracking.EXPERIMENT_KIND_TAG == "mlflow.experimentKind"
+    assert tracking.MODEL_TRAINING_KIND == "custom_model_development"
+    assert kind("unit") == "custom_model_development"  # created by the workflow
+    # one that exists without the tag (an older workflow's), or with the UI's guess, gets it
+    client().create_experiment("untagged")
+    guessed = client().create_experiment("guessed")
+    client().set_experiment_tag(guessed, "mlflow.experimentKind", "genai_development_inferred")
+    for name in ("untagged", "guessed"):
+        start(name, env)
+        assert kind(name) == "custom_model_development", name
+    # a job's top-level run (no workflow) marks the experiment it creates
+    os.environ.pop("MLFLOW_EXPERIMENT_ID")
+    os.environ["MLFLOW_EXPERIMENT_NAME"] = "job-made"
+    os.environ.pop(tracking.PARENT_ENV)
+    with job("alone"):
+        pass
+    assert kind("job-made") == "custom_model_development"
+
+
+def test_a_kind_chosen_by_hand_is_kept(env: Path, caplog: pytest.LogCaptureFixture):
+    chosen = client().create_experiment("chosen")
+    client().set_experiment_tag(chosen, "mlflow.experimentKind", "genai_development")
+    start("chosen", env)
+    assert kind("chosen") == "genai_development"
+    assert "tagged mlflow.experimentKind=genai_development" in caplog.text
+
+
+def test_deleted_experiment_is_restored_when_the_workflow_starts(
+    env: Path, caplog: pytest.LogCaptureFixture
+):
+    """Deleted in the UI (MLflow's trash): the next workflow restores it and says so, instead of
+    running without tracking."""
+    first = start("trashed", env)
+    experiment = client().get_experiment_by_name("trashed")
+    client().delete_experiment(experiment.experiment_id)
+    caplog.set_level(logging.WARNING, logger="demo2rl.tracking")
+    second = start("trashed", env)
+    restored = client().get_experiment(experiment.experiment_id)
+    assert restored.lifecycle_stage == "active" and restored.name == "trashed"
+    assert client().get_run(first).info.lifecycle_stage == "active"  # its runs came back too
+    assert client().get_run(second).info.experiment_id == experiment.experiment_id
+    assert os.environ["MLFLOW_EXPERIMENT_ID"] == experiment.experiment_id
+    assert f"MLflow experiment 'trashed' (id {experiment.experiment_id})" in caplog.text
+    assert "was deleted; restored it" in caplog.text
+    assert f"mlflow gc --backend-store-uri {tracking.tracking_uri()}" in caplog.text
+    assert f"--experiment-ids {experiment.experiment_id}" in caplog.text
+
+
+def test_experiment_deleted_while_jobs_run_is_restored_and_nothing_is_lost(
+    env: Path, caplog: pytest.LogCaptureFixture
+):
+    """Deleted while a job logs (its calls would be rejected), before a job starts (its run
+    could not be created), and a job's run deleted alone: all restored, every value arrives."""
+    start("busy", env)
+    experiment_id = os.environ["MLFLOW_EXPERIMENT_ID"]
+    caplog.set_level(logging.WARNING, logger="demo2rl.tracking")
+    with job("running") as running:
+        running.log_metrics({"x": 0}, step=0)
+        running.outbox.flush()
+        client().delete_experiment(experiment_id)
+        running.log_metrics({"x": 1}, step=1)
+        running.outbox.flush()
+        assert client().get_experiment(experiment_id).lifecycle_stage == "active"
+        client().delete_run(running.run_id)
+        running.log_metrics({"x": 2}, step=2)
+    client().delete_experiment(experiment_id)
+    with job("late") as late:
+        late.log_metrics({"x": 0}, step=0)
+    for run in (running, late):
+        assert run.outbox.dropped == 0
+        got = client().get_run(run.run_id)
+        assert got.info.lifecycle_stage == "active" and got.info.status == "FINISHED"
+    steps = [m.step for m in client().get_metric_history(running.run_id, "x")]
+    assert sorted(steps) == [0, 1, 2]
+    assert [m.step for m in client().get_metric_history(late.run_id, "x")] == [0]
+    assert caplog.text.count("was deleted; restored it") == 2
+    assert f"MLflow run {running.run_id} (running) was deleted while its job ran" in caplog.text
+    tracking.end_workflow(True)
+    assert client().get_run(os.environ[tracking.PARENT_ENV]).info.status == "FINISHED"

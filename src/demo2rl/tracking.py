@@ -8,6 +8,12 @@ server instead. The parent run reaches the jobs through the environment: ``MLFLO
 ``MLFLOW_EXPERIMENT_ID``, ``MLFLOW_EXPERIMENT_NAME`` (all MLflow's own) and
 ``DEMO2RL_PARENT_RUN_ID``.
 
+The experiment is tagged as a model-training one (``mlflow.experimentKind`` =
+``custom_model_development``: MLflow 3's UI then opens its runs table, not its GenAI view). An
+experiment deleted in the UI (MLflow's trash) is restored, with a warning in the log that says how
+to delete it for good, when the workflow starts and whenever a job's call is rejected because it
+(or the job's run) was deleted meanwhile; one that cannot be restored is an error naming it.
+
 Lineage: a job writes its run id to a small hidden sidecar beside each output
 (``.<name>.mlflow.json``, never part of an output's content); a job consuming those files tags its
 run ``demo2rl.upstream.<stage>`` with the producers' run ids.
@@ -36,8 +42,17 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from mlflow.entities import DatasetInput, Metric, Param, RunStatus, RunTag
+from mlflow.entities import (
+    DatasetInput,
+    Experiment,
+    LifecycleStage,
+    Metric,
+    Param,
+    RunStatus,
+    RunTag,
+)
 from mlflow.exceptions import MlflowException
+from mlflow.protos.databricks_pb2 import BAD_REQUEST
 from mlflow.tracking import MlflowClient
 
 from demo2rl import io, provenance
@@ -61,6 +76,10 @@ FLUSH_RETRY_S = 2.0
 HTTP_TIMEOUT_S = 10
 """Per-request timeout of MLflow's HTTP client in jobs (MLflow's default is 120 s)."""
 MAX_TAG_LENGTH = 8000
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+"""The experiment tag that picks the MLflow UI's view of an experiment (MLflow 3.x)."""
+MODEL_TRAINING_KIND = "custom_model_development"
+"""Its value for model training: the UI opens the runs table, not the GenAI (traces) view."""
 _jitter = random.Random()  # not the global generator: tracking must never touch results
 
 
@@ -120,6 +139,10 @@ def is_permanent(err: BaseException) -> bool:
         return False
     status = err.get_http_status_code()
     return 400 <= status < 500 and status != 429
+
+
+class RunMissing(Exception):
+    """A call for a run whose creation the store rejected: dropped, counted, not logged again."""
 
 
 class Outbox:
@@ -251,6 +274,10 @@ class Outbox:
                     len(self.pending),
                 )
                 self._down_since, self._failures, self._retry_at = None, 0, 0.0
+        elif isinstance(error, RunMissing):  # the rejection of its run was logged already
+            if at_head:
+                self.pending.popleft()
+            self.dropped += 1
         elif self.fail_on_error:
             self.error = error
             self.dropped += len(self.pending)
@@ -308,6 +335,8 @@ def start_workflow(
 
     Returns the parent run id, or None when the store cannot be reached and the config's
     ``tracking.fail_on_error`` is off (the jobs then log to top-level runs when it is back).
+    A store that rejects the calls (a 4xx answer: no or wrong credentials, no permission, a
+    deleted experiment that cannot be restored) stops the workflow with an error that says so.
     """
     options = settings(config)
     configure_http(options)
@@ -322,7 +351,7 @@ def start_workflow(
         os.environ.pop(stale, None)
     try:
         client = MlflowClient(uri)  # opens a SQLite store, creating it: once, here
-        experiment_id = _experiment_id(client, experiment, artifacts)
+        experiment_id = ensure_experiment(client, experiment, artifacts)
         run = client.create_run(
             experiment_id,
             run_name=f"workflow-{time.strftime('%Y%m%d-%H%M%S')}",
@@ -331,6 +360,8 @@ def start_workflow(
         for metrics, params, tags in _batches(params=flatten(config)):
             client.log_batch(run.info.run_id, metrics=metrics, params=params, tags=tags)
     except Exception as err:
+        if is_permanent(err):  # rejected, not unreachable: every job's tracking would be too
+            raise _rejected_at_start(uri, err) from err
         if options.fail_on_error:
             raise
         log.warning(
@@ -345,6 +376,25 @@ def start_workflow(
     return run.info.run_id
 
 
+def _rejected_at_start(uri: str, err: MlflowException) -> MlflowException:
+    """The error that stops a workflow whose first tracking calls the store rejected (4xx): a
+    retry cannot cure that, and every job's tracking would be rejected too."""
+    if isinstance(err, ExperimentDeleted):
+        return err
+    hint = ""
+    if err.get_http_status_code() in (401, 403):
+        hint = (
+            " The server requires a login (`mlflow server --app-name basic-auth`): export "
+            "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD of a user who may create runs"
+            " in the experiment, or write them to ~/.mlflow/credentials."
+        )
+    return MlflowException(
+        f"MLflow store {uri} rejected the workflow's tracking at its start ({_short(err)}); no "
+        f"job has run.{hint}",
+        error_code=err.error_code,
+    )
+
+
 def end_workflow(success: bool, settings: Settings | None = None) -> None:
     """Mark the parent run of this invocation finished or failed."""
     run_id = os.environ.get(PARENT_ENV)
@@ -355,18 +405,96 @@ def end_workflow(success: bool, settings: Settings | None = None) -> None:
     run.outbox.close(grace=10.0)
 
 
-def _experiment_id(client: MlflowClient, name: str, artifact_location: str | None = None) -> str:
-    """The experiment's id, creating it if needed (another process may win that race)."""
+class ExperimentDeleted(MlflowException):
+    """The workflow's experiment is deleted (in MLflow's trash) and could not be restored."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, error_code=BAD_REQUEST)  # 400: a retry cannot cure it
+
+
+def ensure_experiment(client: MlflowClient, name: str, artifact_location: str | None = None) -> str:
+    """The id of the experiment ``name``: created if missing (another process may win that
+    race), restored if deleted (see :func:`ensure_active`), and marked as a model-training
+    experiment (see :func:`mark_model_training`)."""
     found = client.get_experiment_by_name(name)
-    if found:
-        return found.experiment_id
+    if found is None:
+        tags = {EXPERIMENT_KIND_TAG: MODEL_TRAINING_KIND}
+        try:
+            return client.create_experiment(name, artifact_location=artifact_location, tags=tags)
+        except MlflowException:
+            found = client.get_experiment_by_name(name)
+            if found is None:
+                raise
+    ensure_active(client, found.experiment_id)
+    mark_model_training(client, found)
+    return found.experiment_id
+
+
+def ensure_active(client: MlflowClient, experiment_id: str) -> None:
+    """Restore the experiment if it is deleted (MLflow's trash: deleted in the UI, say), with a
+    warning that says how to delete it for good instead; restoring it restores its runs too.
+
+    Raises :class:`ExperimentDeleted`, naming the experiment and what to do, when it cannot be
+    restored (no permission on a tracking server, say).
+    """
+    experiment = client.get_experiment(experiment_id)
+    if experiment.lifecycle_stage != LifecycleStage.DELETED:
+        return
     try:
-        return client.create_experiment(name, artifact_location=artifact_location)
-    except MlflowException:
-        found = client.get_experiment_by_name(name)
-        if found is None:
-            raise
-        return found.experiment_id
+        client.restore_experiment(experiment_id)
+    except MlflowException as err:
+        if client.get_experiment(experiment_id).lifecycle_stage == LifecycleStage.ACTIVE:
+            return  # another job restored it meanwhile
+        raise ExperimentDeleted(
+            f"MLflow experiment {experiment.name!r} (id {experiment_id}) in {client.tracking_uri}"
+            f" is deleted and could not be restored ({_short(err)}). Restore it (as its owner "
+            f"or an admin: `MLFLOW_TRACKING_URI={client.tracking_uri} mlflow experiments restore "
+            f"--experiment-id {experiment_id}`), or purge it for good "
+            f"({_purge_hint(client.tracking_uri, experiment_id)}) so that the next workflow run "
+            "creates it afresh, or set another `experiment` in the config."
+        ) from err
+    log.warning(
+        "MLflow experiment %r (id %s) in %s was deleted; restored it, with its runs, so that "
+        "this workflow's tracking is not lost. To delete it for good instead: once the "
+        "workflow has finished, delete it again in the UI and purge it (%s), or set another "
+        "`experiment` in the config.",
+        experiment.name,
+        experiment_id,
+        client.tracking_uri,
+        _purge_hint(client.tracking_uri, experiment_id),
+    )
+
+
+def _purge_hint(uri: str, experiment_id: str) -> str:
+    """The ``mlflow gc`` command that permanently deletes a deleted experiment of store ``uri``."""
+    if uri.startswith(("http://", "https://")):
+        store = "<the server's --backend-store-uri>"
+        where = " on the server's host"
+    else:
+        store, where = uri, ""
+    return (
+        f"`mlflow gc --backend-store-uri {store} --tracking-uri {uri} "
+        f"--experiment-ids {experiment_id}`{where}"
+    )
+
+
+def mark_model_training(client: MlflowClient, experiment: Experiment) -> None:
+    """Tag the experiment as model training (:data:`EXPERIMENT_KIND_TAG`), so that MLflow 3's
+    UI opens its runs table rather than its GenAI view; unless it has a kind set by hand."""
+    kind = experiment.tags.get(EXPERIMENT_KIND_TAG)
+    if kind == MODEL_TRAINING_KIND:
+        return
+    if kind and not kind.endswith("_inferred") and kind != "no_inferred_type":
+        log.warning(
+            "MLflow experiment %r is tagged %s=%s (chosen in the UI?): kept as it is; %s "
+            "marks a model-training experiment",
+            experiment.name,
+            EXPERIMENT_KIND_TAG,
+            kind,
+            MODEL_TRAINING_KIND,
+        )
+        return
+    client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND)
 
 
 # --------------------------------------------------------------------------------------------
@@ -463,23 +591,57 @@ class Run:
             )
 
     def _send(self, name: str, call: Callable[[], object]) -> None:
+        """Queue a call on this run; one the store rejects is retried once after
+        :meth:`_ensure_active` (the run or its experiment may have been deleted meanwhile)."""
+
         def guarded() -> object:
             if self.run_id is None:  # its creation was rejected: nothing to log to
-                return None
-            return call()
+                raise RunMissing(name)
+            try:
+                return call()
+            except MlflowException as err:
+                if not is_permanent(err):
+                    raise
+                self._ensure_active()
+                return call()
 
         self.outbox.send(name, guarded)
+
+    def _ensure_active(self) -> None:
+        """Restore this run's experiment (:func:`ensure_active`), or the run itself, if either
+        was deleted while the job ran: its tracking must never be dropped silently."""
+        info = self.client.get_run(self.run_id).info
+        ensure_active(self.client, info.experiment_id)
+        if info.lifecycle_stage != LifecycleStage.DELETED:
+            return
+        if self.client.get_run(self.run_id).info.lifecycle_stage == LifecycleStage.DELETED:
+            self.client.restore_run(self.run_id)  # deleted by itself, not with the experiment
+            log.warning(
+                "MLflow run %s (%s) was deleted while its job ran; restored it, so that the "
+                "job's tracking is not lost (delete it again once the job has finished)",
+                self.run_id,
+                info.run_name,
+            )
 
     def _create(self, run_name: str, tags: Mapping[str, str]) -> None:
         start_time = int(time.time() * 1000)
 
-        def create() -> None:
-            experiment_id = os.environ.get("MLFLOW_EXPERIMENT_ID") or _experiment_id(
-                self.client, os.environ.get("MLFLOW_EXPERIMENT_NAME") or "Default"
-            )
-            run = self.client.create_run(
+        def create_in(experiment_id: str) -> Any:
+            return self.client.create_run(
                 experiment_id, start_time=start_time, tags=dict(tags), run_name=run_name
             )
+
+        def create() -> None:
+            experiment_id = os.environ.get("MLFLOW_EXPERIMENT_ID") or ensure_experiment(
+                self.client, os.environ.get("MLFLOW_EXPERIMENT_NAME") or "Default"
+            )
+            try:
+                run = create_in(experiment_id)
+            except MlflowException as err:
+                if not is_permanent(err):
+                    raise
+                ensure_active(self.client, experiment_id)  # deleted since the workflow began?
+                run = create_in(experiment_id)
             self.run_id = run.info.run_id
             log.info("MLflow run %s (%s) in experiment %s", self.run_id, run_name, experiment_id)
 
