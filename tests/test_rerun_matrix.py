@@ -103,6 +103,7 @@ SPECIAL_VALUES: dict[str, Any] = {
     "policy.net_arch": [32, 32],
     "rl.seeds": [0, 1],
     "rl.inits": ["bc", "residual", "scratch"],  # an arm fewer: only what compares the arms reruns
+    "rl.vec_env": "dummy",  # (native is what auto picks for Racing-v0: the same run)
 }
 """Changed values where the schema's type alone does not give a valid one."""
 
@@ -379,6 +380,17 @@ def test_speed_only_settings_and_tracking_rerun_nothing(matrix):
         "tracking.fail_on_error",
     ):
         assert matrix["keys"][key].planned == "nothing", key
+
+
+def test_spelling_out_what_auto_picks_reruns_nothing(test_workflow: Path, tmp_path: Path):
+    """``rl.vec_env: auto`` is resolved before it becomes a param: naming the kind it picks
+    (native, for Racing-v0) is the same run."""
+    config = effective_config()
+    assert config["rl"]["vec_env"] == "auto"
+    path = tmp_path / "native.yaml"
+    path.write_text(yaml.safe_dump(with_value(config, "rl.vec_env", "native")))
+    rows = plan(test_workflow, path, {"PYTHONPATH": str(TESTS)})
+    assert rows and not [out for out, row in rows.items() if row["pending"]]
 
 
 def test_readme_shows_the_matrix(matrix):
