@@ -3,8 +3,10 @@
 A session fixture starts a single-node cluster on this machine (tests/slurm/start.sh: slurmctld,
 slurmd, slurmdbd with MariaDB, munge, one fake GPU) and stops it at the end (tests/slurm/stop.sh).
 It needs root and apt (or SLURM already installed), as on CI; elsewhere these tests are skipped,
-with the reason in pytest's summary. DEMO2RL_SLURM_TESTS=0 skips them too; DEMO2RL_SLURM_KEEP=1
-leaves the cluster running afterwards.
+with the reason in pytest's summary. DEMO2RL_SLURM_TESTS=0 skips them too. Under CI=true none of
+this skips: a cluster that cannot start, and the DEMO2RL_SLURM_TESTS=0 opt-out too, fails the
+tests (conftest.unavailable), so that CI never passes without having run them.
+DEMO2RL_SLURM_KEEP=1 leaves the cluster running afterwards.
 
 One run of the test config through `snakemake --profile profiles/slurm` serves every test here.
 The profile is used as it is, except for what a user edits or a test needs:
@@ -38,7 +40,7 @@ import mlflow
 import pandas as pd
 import pytest
 import yaml
-from conftest import BIN, REPO, TEST_CONFIG
+from conftest import BIN, REPO, TEST_CONFIG, unavailable
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -61,12 +63,13 @@ RUN_TIMEOUT = 900
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[dict[str, str]]:
     """A running single-node SLURM cluster: started here, and stopped at the end unless it was
-    already up (or DEMO2RL_SLURM_KEEP=1)."""
+    already up (or DEMO2RL_SLURM_KEEP=1). Where it cannot start, or DEMO2RL_SLURM_TESTS=0, the
+    tests are skipped, and fail under CI=true (conftest.unavailable)."""
     if os.environ.get("DEMO2RL_SLURM_TESTS") == "0":
-        pytest.skip("SLURM tests skipped: DEMO2RL_SLURM_TESTS=0")
+        unavailable("SLURM tests: DEMO2RL_SLURM_TESTS=0 opts out of them")
     if os.geteuid() != 0:
-        pytest.skip(
-            "SLURM tests skipped: starting the test cluster (tests/slurm/start.sh) needs root "
+        unavailable(
+            "SLURM tests: starting the test cluster (tests/slurm/start.sh) needs root "
             "and apt, as on CI"
         )
     start = time.perf_counter()
@@ -79,7 +82,7 @@ def slurm_cluster() -> Iterator[dict[str, str]]:
     )
     if proc.returncode == 77:
         reason = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "exit 77"
-        pytest.skip(f"SLURM tests skipped: {reason}")
+        unavailable(f"SLURM tests: the test cluster cannot start here: {reason}")
     started_here = "started " in proc.stderr
     if proc.returncode != 0:
         _stop_cluster()

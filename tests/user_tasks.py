@@ -29,6 +29,67 @@ class NanObsEnv(gym.Env):
 gym.register(id="NanObs-v0", entry_point=NanObsEnv)
 
 
+def nan_reward_step(seed: int) -> int:
+    """The step at which NanRewardEnv's reward turns NaN in the episode reset with ``seed``."""
+    return 3 + seed % 7
+
+
+class NanRewardEnv(gym.Env):
+    """A broken user task: finite observations, but the reward turns NaN mid-episode, at step
+    :func:`nan_reward_step` (of the episode's seed; 1 is the first step)."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        self.nan_at = nan_reward_step(seed) if seed is not None else -1
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        reward = float("nan") if self.t == self.nan_at else 1.0
+        return np.zeros(2, np.float32), reward, False, self.t >= 20, {}
+
+
+gym.register(id="NanReward-v0", entry_point=NanRewardEnv)
+
+
+class SparseGoalEnv(gym.Env):
+    """A sparse-reward task: a point on a line (position, velocity) gets reward 1 only when it
+    reaches ``goal``. Its speed stays below 1, so the goal is out of reach within ``max_steps``:
+    every return, the expert's, the clone's and any RL policy's, is 0."""
+
+    observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def __init__(self, goal: float = 50.0, max_steps: int = 25):
+        self.goal, self.max_steps = goal, max_steps
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        self.state = self.np_random.uniform(-0.5, 0.5, 2)
+        return self.state.astype(np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        x, v = self.state
+        v = 0.9 * v + 0.1 * float(np.clip(action[0], -1.0, 1.0))
+        self.state = np.array([x + v, v])
+        reached = bool(x + v >= self.goal)
+        return self.state.astype(np.float32), float(reached), reached, self.t >= self.max_steps, {}
+
+
+gym.register(id="SparseGoal-v0", entry_point=SparseGoalEnv)
+
+
+def hold_expert(obs: np.ndarray) -> np.ndarray:
+    """SparseGoal's expert: holds the point at 0 (a PD controller), so it never sees a reward."""
+    return np.clip(-obs[:, :1] - 2.0 * obs[:, 1:], -1.0, 1.0).astype(np.float32)
+
+
 def zero_expert(obs: np.ndarray) -> np.ndarray:
     return np.zeros((len(obs), 1), np.float32)
 

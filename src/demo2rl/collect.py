@@ -53,7 +53,13 @@ def collect_shard(
             )
 
     steps, table, info = rollout.run_episodes(
-        env_id, env_kwargs, expert, episode_seeds, n_envs=n_envs, on_progress=progress
+        env_id,
+        env_kwargs,
+        expert,
+        episode_seeds,
+        n_envs=n_envs,
+        on_progress=progress,
+        episode_ids=episodes,  # errors name episodes by their global index
     )
     table["index"] = np.asarray(episodes, dtype=np.int64)
     probe = tasks.make_env(env_id, env_kwargs)

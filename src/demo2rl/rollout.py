@@ -28,6 +28,7 @@ def run_episodes(
     n_envs: int,
     on_progress: Callable[[int, int], None] | None = None,
     step_means: bool = False,
+    episode_ids: Sequence[int] | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Run ``policy`` for one episode per seed; returns (steps, episodes, info) arrays.
 
@@ -36,13 +37,24 @@ def run_episodes(
     numeric info values at each episode's last step; with ``step_means`` it also holds
     ``"<key>.mean"``, each episode's mean of that value over its steps (e.g. the fraction of
     steps off track), skipping steps where the env did not report it.
+
+    A non-finite observation or reward raises :class:`RolloutError` naming the env, the episode
+    (its number in ``episode_ids``, by default its position in ``episode_seeds``, and its seed)
+    and the step (1 for the first ``step`` call of the episode; 0 for the reset observation).
     """
     n = len(episode_seeds)
     batch = min(n_envs, n)
     env = tasks.make_vector_env(env_id, env_kwargs, batch, AutoresetMode.DISABLED)
     space = env.single_action_space
     slot_episode = np.arange(batch)  # episode (position in episode_seeds) in each slot; -1: idle
+    slot_step = np.zeros(batch, np.int64)  # steps taken in each slot's episode
     next_episode = batch
+    ids = list(range(n)) if episode_ids is None else [int(i) for i in episode_ids]
+
+    def check_finite(values: np.ndarray, what: str, slots: np.ndarray | None = None) -> None:
+        slots = slot_episode >= 0 if slots is None else slots
+        _check_finite(values, what, env_id, slots, slot_episode, slot_step, ids, episode_seeds)
+
     obs, _ = env.reset(seed=[int(s) for s in episode_seeds[:batch]])
     rows: dict[str, list[np.ndarray]] = {k: [] for k in (*dataset.STEP_KEYS, "episode")}
     final_obs = np.zeros((n, *env.single_observation_space.shape), obs.dtype)
@@ -51,9 +63,11 @@ def run_episodes(
     step_counts: dict[str, np.ndarray] = {}
     done_count = 0
     while done_count < n:
-        _check_finite(obs, env_id, slot_episode)
+        check_finite(obs, "observation")
         actions = tasks.expert_actions(policy, obs, space)
         next_obs, rewards, terminated, truncated, info = env.step(actions)
+        slot_step += 1
+        check_finite(rewards, "reward")
         for key, value in zip(
             (*dataset.STEP_KEYS, "episode"),
             (obs, actions, rewards, terminated, truncated, slot_episode),
@@ -69,6 +83,7 @@ def run_episodes(
         done = ended & (slot_episode >= 0)
         finished = slot_episode[done]
         if len(finished):
+            check_finite(next_obs, "observation", done)  # final observations
             final_obs[finished] = next_obs[done]
             _record_info(info_end, info, done, finished, n)
             done_count += len(finished)
@@ -84,6 +99,7 @@ def run_episodes(
             else:
                 slot_episode[slot] = -1
         reset_mask = ended
+        slot_step[reset_mask] = 0
         obs, _ = env.reset(seed=reset_seeds, options={"reset_mask": reset_mask})
         obs = np.where(reset_mask.reshape(-1, *[1] * (obs.ndim - 1)), obs, next_obs)
     env.close()
@@ -116,13 +132,31 @@ def run_episodes(
     return steps, episodes, info_end
 
 
-def _check_finite(obs: np.ndarray, env_id: str, slot_episode: np.ndarray) -> None:
-    if np.issubdtype(obs.dtype, np.floating) and not np.isfinite(obs).all():
-        bad = slot_episode[~np.isfinite(obs.reshape(len(obs), -1)).all(axis=1)]
-        raise RolloutError(
-            f"{env_id} returned a non-finite observation (NaN or inf) in episode(s) "
-            f"{sorted(int(e) for e in bad if e >= 0)} (positions in this shard)"
-        )
+def _check_finite(
+    values: np.ndarray,
+    what: str,
+    env_id: str,
+    slots: np.ndarray,
+    slot_episode: np.ndarray,
+    slot_step: np.ndarray,
+    episode_ids: Sequence[int],
+    episode_seeds: Sequence[int],
+) -> None:
+    """Raise a RolloutError if ``values`` (one row per slot: observations or rewards) are NaN or
+    infinite in one of ``slots`` (a mask), naming the env, the first such episode and its step."""
+    values = np.asarray(values)
+    if not np.issubdtype(values.dtype, np.floating):
+        return
+    bad = np.flatnonzero(slots & ~np.isfinite(values.reshape(len(values), -1)).all(axis=1))
+    if not len(bad):
+        return
+    slot = min(bad, key=lambda s: slot_episode[s])
+    episode = slot_episode[slot]
+    more = f" (and in {len(bad) - 1} more episode(s) at once)" if len(bad) > 1 else ""
+    raise RolloutError(
+        f"{env_id} returned a non-finite {what} (NaN or inf) in episode {episode_ids[episode]} "
+        f"(seed {int(episode_seeds[episode])}) at step {int(slot_step[slot])}{more}"
+    )
 
 
 def _numeric_info(info: Mapping[str, Any], batch: int) -> Iterator[tuple[str, np.ndarray]]:

@@ -94,7 +94,7 @@ def train_bc(
         "versions": provenance.versions(),
         "code_revision": provenance.code_revision(),
     }
-    io.write_json(metrics_out, metrics)
+    io.write_json(metrics_out, io.strict_json(metrics))  # NaN (an undefined ratio) as null
     scalars = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)}
     run.log_metrics({f"final.{k}": v for k, v in scalars.items()})
     run.set_tags({"demo2rl.stop_reason": result.stop_reason, "demo2rl.data_path": result.data_path})
@@ -109,7 +109,7 @@ def train_bc(
 
 
 def _ratio(clone: float, expert: float) -> float:
-    """The clone's return as a fraction of the expert's; NaN (not a division by zero, not a
-    number with the wrong sign) when the expert's return is not positive, e.g. a sparse-reward
-    task in which the expert scores 0."""
+    """The clone's return as a fraction of the expert's; NaN (null in metrics.json; not a
+    division by zero, not a number with the wrong sign) when the expert's return is not
+    positive, e.g. a sparse-reward task in which the expert scores 0."""
     return float(clone / expert) if expert > 0 else math.nan
