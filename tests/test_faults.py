@@ -305,6 +305,23 @@ def test_a_truncated_shard_is_named_by_the_merge(tmp_path, test_workflow):
     assert not (tmp_path / DEMOS).exists()
 
 
+def collect_with_user_code(
+    workdir: Path, config: Path, shard: Path
+) -> subprocess.CompletedProcess[str]:
+    """Run the workflow to one shard, with tests/ (the user's task and expert modules) on
+    PYTHONPATH; the caller checks how it failed."""
+    return snakemake(
+        workdir,
+        "--configfile",
+        str(config),
+        "--cores",
+        "1",
+        str(shard.relative_to(workdir)),
+        env=USER_CODE,
+        check=False,
+    )
+
+
 def test_an_expert_that_raises_fails_its_job_with_the_traceback_in_the_log(tmp_path):
     """A user's expert that raises mid-collection (tests/user_expert.py:breaking_pursuit, on its
     third call: after the workflow's task probe): the shard job fails, its log ends with the
@@ -313,16 +330,7 @@ def test_an_expert_that_raises_fails_its_job_with_the_traceback_in_the_log(tmp_p
     expert = {"entry_point": "user_expert:breaking_pursuit", "kwargs": {"margin": 0.65}}
     config = config_file(tmp_path, exp, task={"expert": expert})
     shard = tmp_path / "results" / exp / "demos" / "shard-0.h5"
-    proc = snakemake(
-        tmp_path,
-        "--configfile",
-        str(config),
-        "--cores",
-        "1",
-        str(shard.relative_to(tmp_path)),
-        env=USER_CODE,
-        check=False,
-    )
+    proc = collect_with_user_code(tmp_path, config, shard)
     assert proc.returncode != 0
     assert "Error in rule collect_shard" in proc.stdout + proc.stderr
     log = (tmp_path / "results" / exp / "logs" / "collect_shard" / "0.log").read_text()
@@ -348,16 +356,7 @@ def test_a_nan_reward_fails_collection_naming_the_env_episode_and_step(tmp_path)
     config = config_file(tmp_path, exp, task=task)
     shard, n = 1, CONFIG["collect"]
     shard_path = tmp_path / "results" / exp / "demos" / f"shard-{shard}.h5"
-    proc = snakemake(
-        tmp_path,
-        "--configfile",
-        str(config),
-        "--cores",
-        "1",
-        str(shard_path.relative_to(tmp_path)),
-        env=USER_CODE,
-        check=False,
-    )
+    proc = collect_with_user_code(tmp_path, config, shard_path)
     assert proc.returncode != 0
     # the shard's episodes run side by side (n_envs >= episodes per shard): the first NaN comes
     # at the smallest NaN step, in the first episode with that step

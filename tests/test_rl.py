@@ -12,7 +12,6 @@ import signal
 import time
 from pathlib import Path
 
-import gymnasium as gym
 import numpy as np
 import pandas as pd
 import pytest
@@ -39,22 +38,24 @@ RUN_ARGS = {"threads": 1, "eval_envs": 16, "checkpoint_every": 512}
 """Speed and robustness settings: arguments of train_rl, not part of a run's key."""
 
 
-@pytest.fixture(scope="module")
-def demos_and_clone(tmp_path_factory) -> tuple[Path, Path]:
-    """A small real dataset (32 expert episodes) and a BC checkpoint trained on it."""
-    tmp = tmp_path_factory.mktemp("rl")
+def dataset_and_clone(
+    tmp: Path, env_id: str, env_kwargs: dict, expert: str, n_episodes: int, **bc_cfg
+) -> tuple[Path, Path]:
+    """A real dataset of ``n_episodes`` expert episodes (a quarter or less held out) and a BC
+    checkpoint trained on it, recording the dataset's hash as the workflow's does."""
     shard = collect.collect_shard(
-        env_id=ENV_ID,
-        env_kwargs=ENV_KWARGS,
-        expert_entry_point="demo2rl.experts.racing:pure_pursuit",
+        env_id=env_id,
+        env_kwargs=env_kwargs,
+        expert_entry_point=expert,
         expert_kwargs={},
         base_seed=0,
-        episodes=range(32),
+        episodes=range(n_episodes),
         n_envs=16,
     )
-    demos = dataset.merge([shard], ["shard0"], n_episodes=32, valid_fraction=0.125)
+    valid = 0.125 if n_episodes >= 32 else 0.25
+    demos = dataset.merge([shard], ["shard0"], n_episodes=n_episodes, valid_fraction=valid)
     dataset.write(tmp / "demos.h5", demos)
-    cfg = {"device": "cpu", "batch_size": 64, "max_epochs": 30, "patience": 8}
+    cfg = {"device": "cpu"} | bc_cfg
     result = bc.train_bc(tmp / "demos.h5", policy_cfg=POLICY_CFG, bc_cfg=cfg, seed=0)
     policy.save_checkpoint(
         tmp / "bc.pt",
@@ -68,6 +69,21 @@ def demos_and_clone(tmp_path_factory) -> tuple[Path, Path]:
     return tmp / "demos.h5", tmp / "bc.pt"
 
 
+@pytest.fixture(scope="module")
+def demos_and_clone(tmp_path_factory) -> tuple[Path, Path]:
+    """A small real dataset (32 expert episodes) and a BC checkpoint trained on it."""
+    return dataset_and_clone(
+        tmp_path_factory.mktemp("rl"),
+        ENV_ID,
+        ENV_KWARGS,
+        "demo2rl.experts.racing:pure_pursuit",
+        32,
+        batch_size=64,
+        max_epochs=30,
+        patience=8,
+    )
+
+
 def key_of(init: str, rl_cfg: dict, run_seed: int = 1) -> dict:
     """The run key of a run in these tests: everything its result depends on (as the stage's)."""
     config = {"policy": POLICY_CFG, "rl": rl_cfg, "eval_episodes": EVAL_EPISODES, "init": init}
@@ -75,15 +91,22 @@ def key_of(init: str, rl_cfg: dict, run_seed: int = 1) -> dict:
 
 
 def train(
-    demos_and_clone, state_dir: Path, init: str = "bc", key: dict | None = None, **overrides
+    demos_and_clone,
+    state_dir: Path,
+    init: str = "bc",
+    key: dict | None = None,
+    *,
+    task: tuple[str, dict] = (ENV_ID, ENV_KWARGS),
+    eval_episodes: int = EVAL_EPISODES,
+    **overrides,
 ) -> rl.RLResult:
     """A run of RL_CFG with ``overrides``: rl config keys, or the speed settings in RUN_ARGS."""
     demos, clone = demos_and_clone
     run_args = RUN_ARGS | {k: overrides.pop(k) for k in RUN_ARGS if k in overrides}
     rl_cfg = RL_CFG | overrides
     return rl.train_rl(
-        env_id=ENV_ID,
-        env_kwargs=ENV_KWARGS,
+        env_id=task[0],
+        env_kwargs=task[1],
         init=init,
         demos_path=demos,
         bc_checkpoint=None if init == "scratch" else clone,
@@ -93,7 +116,7 @@ def train(
         run_seed=1,
         state_dir=state_dir,
         key=key_of(init, rl_cfg) if key is None else key,
-        eval_episodes=EVAL_EPISODES,
+        eval_episodes=eval_episodes,
         **run_args,
     )
 
@@ -577,51 +600,25 @@ def test_progress_table_drops_rows_lost_in_a_hard_kill(tmp_path):
 @pytest.fixture(scope="module")
 def cartpole(tmp_path_factory) -> tuple[Path, Path]:
     """A CartPole-v1 dataset (16 expert episodes, integer actions) and a categorical clone."""
-    tmp = tmp_path_factory.mktemp("cartpole")
-    shard = collect.collect_shard(
-        env_id="CartPole-v1",
-        env_kwargs={},
-        expert_entry_point="demo2rl.experts.classic:cart_pole",
-        expert_kwargs={},
-        base_seed=0,
-        episodes=range(16),
-        n_envs=8,
+    paths = dataset_and_clone(
+        tmp_path_factory.mktemp("cartpole"),
+        "CartPole-v1",
+        {},
+        "demo2rl.experts.classic:cart_pole",
+        16,
+        batch_size=256,
+        max_epochs=10,
+        patience=3,
     )
-    demos = dataset.merge([shard], ["shard0"], n_episodes=16, valid_fraction=0.25)
-    dataset.write(tmp / "demos.h5", demos)
-    cfg = {"device": "cpu", "batch_size": 256, "max_epochs": 10, "patience": 3}
-    result = bc.train_bc(tmp / "demos.h5", policy_cfg=POLICY_CFG, bc_cfg=cfg, seed=0)
-    assert isinstance(result.action_space, gym.spaces.Discrete)
-    policy.save_checkpoint(
-        tmp / "bc.pt",
-        result.policy,
-        result.normalizer,
-        policy_cfg=POLICY_CFG,
-        observation_space=result.observation_space,
-        action_space=result.action_space,
-        meta={"dataset_hash": dataset.read_attrs(tmp / "demos.h5")["content_hash"]},
-    )
-    return tmp / "demos.h5", tmp / "bc.pt"
+    assert dataset.read_attrs(paths[0])["action_space"]["type"] == "Discrete"
+    return paths
 
 
 def train_cartpole(cartpole, state_dir: Path, init: str, **overrides) -> rl.RLResult:
-    demos, clone = cartpole
-    rl_cfg = RL_CFG | {"vec_env": "auto", "total_timesteps": 1024} | overrides
-    return rl.train_rl(
-        env_id="CartPole-v1",
-        env_kwargs={},
-        init=init,
-        demos_path=demos,
-        bc_checkpoint=None if init == "scratch" else clone,
-        policy_cfg=POLICY_CFG,
-        rl_cfg=rl_cfg,
-        base_seed=0,
-        run_seed=1,
-        state_dir=state_dir,
-        key=key_of(init, rl_cfg),
-        eval_episodes=4,
-        **RUN_ARGS,
-    )
+    """A short run on CartPole-v1 with the default vec_env (auto: DummyVecEnv here)."""
+    overrides = {"vec_env": "auto", "total_timesteps": 1024} | overrides
+    task = ("CartPole-v1", {})
+    return train(cartpole, state_dir, init, task=task, eval_episodes=4, **overrides)
 
 
 def test_categorical_guide_loss_is_the_nll_of_demonstrated_actions(cartpole):
