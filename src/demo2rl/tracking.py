@@ -9,7 +9,8 @@ server instead. The parent run reaches the jobs through the environment: ``MLFLO
 ``DEMO2RL_PARENT_RUN_ID``.
 
 The experiment is tagged as a model-training one (``mlflow.experimentKind`` =
-``custom_model_development``: MLflow 3's UI then opens its runs table, not its GenAI view). An
+``custom_model_development``, MLflow 3's record of the experiment's kind; MLflow 3.17's UI still
+picks its view by a switch in the browser, see the README). An
 experiment deleted in the UI (MLflow's trash) is restored, with a warning in the log that says how
 to delete it for good, when the workflow starts and whenever a job's call is rejected because it
 (or the job's run) was deleted meanwhile; one that cannot be restored is an error naming it.
@@ -79,7 +80,7 @@ MAX_TAG_LENGTH = 8000
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 """The experiment tag that picks the MLflow UI's view of an experiment (MLflow 3.x)."""
 MODEL_TRAINING_KIND = "custom_model_development"
-"""Its value for model training: the UI opens the runs table, not the GenAI (traces) view."""
+"""Its value for model training (as opposed to GenAI development)."""
 _jitter = random.Random()  # not the global generator: tracking must never touch results
 
 
@@ -479,8 +480,8 @@ def _purge_hint(uri: str, experiment_id: str) -> str:
 
 
 def mark_model_training(client: MlflowClient, experiment: Experiment) -> None:
-    """Tag the experiment as model training (:data:`EXPERIMENT_KIND_TAG`), so that MLflow 3's
-    UI opens its runs table rather than its GenAI view; unless it has a kind set by hand."""
+    """Tag the experiment as model training (:data:`EXPERIMENT_KIND_TAG`), unless it has a kind
+    set by hand. (MLflow 3.17's UI picks its view by a browser switch even so.)"""
     kind = experiment.tags.get(EXPERIMENT_KIND_TAG)
     if kind == MODEL_TRAINING_KIND:
         return
