@@ -280,6 +280,16 @@ def test_sigkill_while_writing_shard_dataset_and_clone_then_rerun_incomplete(
 # bad data and broken user code
 
 
+def run_to(
+    workdir: Path, target: str, *args: str, config: Path = TEST_CONFIG, env: dict | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run the workflow to ``target`` on one core (``args``: more Snakemake options, ``env``:
+    e.g. :data:`USER_CODE`); the caller checks how it failed."""
+    return snakemake(
+        workdir, "--configfile", str(config), "--cores", "1", target, *args, env=env, check=False
+    )
+
+
 def test_a_truncated_shard_is_named_by_the_merge(tmp_path, test_workflow):
     """The session run's shards, one of them cut to a third: the merge fails naming it."""
     for path in SHARDS:
@@ -287,39 +297,12 @@ def test_a_truncated_shard_is_named_by_the_merge(tmp_path, test_workflow):
         shutil.copy2(test_workflow / path, tmp_path / path)
     shard = tmp_path / SHARDS[1]
     shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 3])
-    proc = snakemake(
-        tmp_path,
-        "--configfile",
-        str(TEST_CONFIG),
-        "--cores",
-        "1",
-        DEMOS,
-        "--forcerun",
-        "merge_demos",
-        check=False,
-    )
+    proc = run_to(tmp_path, DEMOS, "--forcerun", "merge_demos")
     assert proc.returncode != 0
     assert "rule collect_shard" not in proc.stdout + proc.stderr, "the shards were not redone"
     log = (tmp_path / "results" / EXP / "logs" / "merge_demos.log").read_text()
     assert f"{SHARDS[1]}: unreadable or incomplete HDF5 dataset" in log
     assert not (tmp_path / DEMOS).exists()
-
-
-def collect_with_user_code(
-    workdir: Path, config: Path, shard: Path
-) -> subprocess.CompletedProcess[str]:
-    """Run the workflow to one shard, with tests/ (the user's task and expert modules) on
-    PYTHONPATH; the caller checks how it failed."""
-    return snakemake(
-        workdir,
-        "--configfile",
-        str(config),
-        "--cores",
-        "1",
-        str(shard.relative_to(workdir)),
-        env=USER_CODE,
-        check=False,
-    )
 
 
 def test_an_expert_that_raises_fails_its_job_with_the_traceback_in_the_log(tmp_path):
@@ -330,7 +313,7 @@ def test_an_expert_that_raises_fails_its_job_with_the_traceback_in_the_log(tmp_p
     expert = {"entry_point": "user_expert:breaking_pursuit", "kwargs": {"margin": 0.65}}
     config = config_file(tmp_path, exp, task={"expert": expert})
     shard = tmp_path / "results" / exp / "demos" / "shard-0.h5"
-    proc = collect_with_user_code(tmp_path, config, shard)
+    proc = run_to(tmp_path, str(shard.relative_to(tmp_path)), config=config, env=USER_CODE)
     assert proc.returncode != 0
     assert "Error in rule collect_shard" in proc.stdout + proc.stderr
     log = (tmp_path / "results" / exp / "logs" / "collect_shard" / "0.log").read_text()
@@ -356,7 +339,8 @@ def test_a_nan_reward_fails_collection_naming_the_env_episode_and_step(tmp_path)
     config = config_file(tmp_path, exp, task=task)
     shard, n = 1, CONFIG["collect"]
     shard_path = tmp_path / "results" / exp / "demos" / f"shard-{shard}.h5"
-    proc = collect_with_user_code(tmp_path, config, shard_path)
+    target = str(shard_path.relative_to(tmp_path))
+    proc = run_to(tmp_path, target, config=config, env=USER_CODE)
     assert proc.returncode != 0
     # the shard's episodes run side by side (n_envs >= episodes per shard): the first NaN comes
     # at the smallest NaN step, in the first episode with that step
@@ -408,15 +392,7 @@ def test_a_full_disk_gives_a_clear_error(tmp_path, tmpfs):
         fh.write(b"\0" * (shutil.disk_usage(demos).free - 256 * 1024))
     free = shutil.disk_usage(demos).free
     assert free <= 256 * 1024, "the tmpfs is full"
-    proc = snakemake(
-        tmp_path,
-        "--configfile",
-        str(TEST_CONFIG),
-        "--cores",
-        "1",
-        SHARDS[0],
-        check=False,
-    )
+    proc = run_to(tmp_path, SHARDS[0])
     # still mounted and full: everything below is about the full disk, not the directory under it
     assert os.path.ismount(demos)
     assert proc.returncode != 0

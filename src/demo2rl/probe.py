@@ -182,22 +182,16 @@ def check_arms(rl_cfg: Mapping[str, Any], action_space: gym.Space, env_id: str) 
 
 def _env_factory(env_id: str) -> Any:
     """The callable ``gymnasium.make`` passes ``env_kwargs`` to (None if it cannot be read)."""
-    entry_point = tasks.env_spec(env_id).entry_point
-    if not isinstance(entry_point, str):
-        return entry_point
     try:
-        return tasks.resolve_entry_point(entry_point)
+        return tasks.resolve_entry_point(tasks.env_spec(env_id).entry_point)
     except tasks.TaskError:
         return None
 
 
 def _check_kwargs(key: str, fn: Any, kwargs: Mapping[str, Any], what: str) -> None:
     """Each of ``kwargs`` is a parameter ``fn`` takes (nothing to check if it takes ``**``)."""
-    if fn is None or not kwargs:
-        return
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):  # a builtin or C callable: the call itself will tell
+    params = tasks.parameters(fn) if fn is not None and kwargs else None
+    if params is None:  # nothing to check, or no signature to read: the call itself will tell
         return
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return

@@ -89,15 +89,24 @@ def has_vector_env(env_id: str) -> bool:
     entry_point = env_spec(env_id).vector_entry_point
     if entry_point is None:
         return False
-    factory = resolve_entry_point(entry_point) if isinstance(entry_point, str) else entry_point
+    params = parameters(resolve_entry_point(entry_point))
+    return params is not None and "autoreset_mode" in params
+
+
+def parameters(fn: Callable[..., Any]) -> Mapping[str, inspect.Parameter] | None:
+    """The parameters of ``fn`` by name, or None when Python cannot read its signature (some
+    builtins and C callables): then nothing can be checked ahead of a call."""
     try:
-        return "autoreset_mode" in inspect.signature(factory).parameters
-    except (TypeError, ValueError):  # no signature to read: do not guess
-        return False
+        return inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return None
 
 
-def resolve_entry_point(entry_point: str) -> Any:
-    """Import ``"package.module:attribute"`` and return the attribute."""
+def resolve_entry_point(entry_point: str | Callable[..., Any]) -> Any:
+    """Import ``"package.module:attribute"`` and return the attribute; a callable (gymnasium
+    also registers envs by class) is returned as it is."""
+    if callable(entry_point):
+        return entry_point
     module_name, sep, attr = entry_point.partition(":")
     if not sep or not module_name or not attr:
         raise TaskError(f"entry point {entry_point!r} is not of the form 'package.module:callable'")

@@ -48,9 +48,7 @@ def make_vec_env(
     fns = [_EnvFactory(env_id, dict(env_kwargs), wrap) for _ in range(n_envs)]
     if kind == "dummy":
         return DummyVecEnv(fns)
-    if kind == "subproc":
-        return WorkerPoolVecEnv(fns, n_workers)
-    raise ValueError(f"rl.vec_env must be one of {vec_kinds.VEC_ENVS}, got {kind!r}")
+    return WorkerPoolVecEnv(fns, n_workers)  # subproc (resolve_vec_env refused any other kind)
 
 
 class _EnvFactory:
