@@ -34,8 +34,8 @@ import pandas as pd
 import torch
 import yaml
 
+from demo2rl import acting, evaluation, groups, provenance, rl, summary, tasks
 from demo2rl import config as config_lib
-from demo2rl import evaluation, groups, policy, provenance, rl, summary, tasks
 from demo2rl.dataset import read_attrs
 from demo2rl.io import write_json
 
@@ -91,7 +91,7 @@ def _from_workflow(
         return None
     ckpt = torch.load(run / "policy.pt", weights_only=True)
     wanted = groups.arm_rl_config(config["rl"], init)  # what the workflow gave the run
-    if config_lib.canonical(ckpt["meta"]["config"]["rl"]) != config_lib.canonical(wanted):
+    if ckpt["meta"]["config"]["rl"] != config_lib.RLConfig.of(wanted).to_dict():
         return None
 
     curve = pd.read_csv(run / "evaluations.csv").to_dict("records")
@@ -124,33 +124,37 @@ def _train_and_evaluate(
         if last not in node:
             raise KeyError(f"{name}: the {init} arm reads no rl key {dotted!r}")
         node[last] = value
-    task = config["task"]
+    task = config_lib.TaskConfig.of({k: config["task"][k] for k in ("env_id", "env_kwargs")})
     with tempfile.TemporaryDirectory() as state_dir:
         result = rl.train_rl(
-            env_id=task["env_id"],
-            env_kwargs=task["env_kwargs"],
+            task=task,
             init=init,
             demos_path=f"{results}/demos/demos.h5",
             bc_checkpoint=f"{results}/bc/policy.pt",
-            policy_cfg=config["policy"],
-            rl_cfg=rl_cfg,
+            policy_cfg=config_lib.PolicyConfig.of(config["policy"]),
+            rl_cfg=config_lib.RLConfig.of(rl_cfg),
             base_seed=config["seed"],
             run_seed=run_seed,
             state_dir=state_dir,
             key=rl.run_key({"variant": name, "seed": run_seed}),
             eval_episodes=config["evaluate"]["during_training"],
             clip_obs=config["bc"]["clip_obs"],
+            threads=1,
+            eval_envs=config["evaluate"]["n_envs"],
+            checkpoint_every=config["rl"]["checkpoint_every"],
         )
-    _, act_space = tasks.spaces(task["env_id"], task["env_kwargs"])
-    actor = policy.make_actor(result.model.policy, result.normalizer, act_space)
+    _, act_space = tasks.spaces(task.env_id, task.env_kwargs)
+    actor = acting.make_actor(result.model.policy, result.normalizer, act_space)
     seeds = evaluation.heldout_seeds(config["seed"], config["evaluate"]["episodes"])
-    final = evaluation.evaluate(task["env_id"], task["env_kwargs"], actor, seeds)
+    final = evaluation.evaluate(
+        task.env_id, task.env_kwargs, actor, seeds, n_envs=config["evaluate"]["n_envs"]
+    )
     log_std = getattr(result.model.policy, "log_std", None)
     return {
         "variant": name,
         "seed": run_seed,
         "curve": result.evaluations,
-        "final_returns": [float(r) for r in final["return"]],
+        "final_returns": [float(r) for r in final.episodes["return"]],
         "final_log_std": (
             None if log_std is None else float(torch.as_tensor(log_std).mean().item())
         ),
@@ -162,7 +166,7 @@ def table(runs: list[dict[str, Any]], names: list[str]) -> list[dict[str, Any]]:
     scores = {n: np.array([r["final_returns"] for r in runs if r["variant"] == n]) for n in names}
     control = next((n for n in names if n == "scratch" or n.startswith("scratch:")), None)
     pairs = [(n, control) for n in names if control and n != control]
-    stats = summary.compare(scores, pairs, reps=20_000)
+    stats = summary.compare(scores, pairs, reps=20_000, confidence=0.95, seed=0)
     rows = []
     for n in names:
         mine = [r for r in runs if r["variant"] == n]
@@ -195,7 +199,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--variants", nargs="+", required=True)
     args = parser.parse_args()
-    config = yaml.safe_load(Path(args.config).read_text())
+    config = config_lib.load(args.config)
     variants = [parse_variant(v) for v in args.variants]
     jobs = [(n, i, o, s, config, args.results) for n, i, o in variants for s in args.seeds]
     ctx = multiprocessing.get_context("forkserver")

@@ -32,12 +32,18 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from demo2rl import bc, collect, dataset, provenance
+from demo2rl.config import BCConfig, PolicyConfig
+from demo2rl.config import load as load_config
 from demo2rl.io import write_json
 from demo2rl.policy import ObsNormalizer, build_policy, resolve_device, scale_actions
 
 ENV_ID = "Racing-v0"
 EXPERT = "demo2rl.experts.racing:pure_pursuit"
-POLICY_CFG = {"net_arch": {"pi": [64, 64], "vf": [64, 64]}, "activation": "tanh"}
+DEFAULTS = load_config(None)
+POLICY_CFG = PolicyConfig.of(DEFAULTS["policy"])
+"""The default network (config/schema.yaml's defaults)."""
+LOSS = {k: DEFAULTS["bc"][k] for k in ("ent_coef", "l2_coef")}
+"""The default loss terms, for the training steps timed without train_bc."""
 
 
 def main() -> None:
@@ -62,13 +68,16 @@ def main() -> None:
     device = resolve_device(args.device)
     path = args.dataset or build_dataset(args.out.parent / "bc_demos.h5", args.episodes)
     demos = dataset.read(path)
-    bc_cfg = {
-        "device": str(device),
-        "batch_size": args.batch_size,
-        "learning_rate": args.learning_rate,
-        "max_epochs": args.epochs,
-        "patience": args.epochs,
-    }
+    bc_cfg = BCConfig.of(
+        DEFAULTS["bc"]
+        | {
+            "device": str(device),
+            "batch_size": args.batch_size,
+            "learning_rate": args.learning_rate,
+            "max_epochs": args.epochs,
+            "patience": args.epochs,
+        }
+    )
 
     # (a) and (c), interleaved and repeated: this machine may be shared, report medians
     ours_runs, compute_runs = [], []
@@ -123,7 +132,7 @@ def main() -> None:
             "dataset_hash": demos.attrs.get("content_hash"),
             "train_samples": len(train_rows),
             "observation_shape": list(demos.steps["observations"].shape[1:]),
-            "policy_cfg": POLICY_CFG,
+            "policy_cfg": POLICY_CFG.to_dict(),
             "batch_size": args.batch_size,
             "learning_rate": args.learning_rate,
             "torch_threads": args.threads,
@@ -177,11 +186,11 @@ def compute_only(
 ) -> float:
     """Samples/s of the same training steps with no loader at all."""
     policy, optimizer = fresh_model(ours, device, args.learning_rate)
-    bc.train_epoch(policy, optimizer, batches[:20])  # warm-up
+    bc.train_epoch(policy, optimizer, batches[:20], **LOSS)  # warm-up
     _sync(device)
     start = time.perf_counter()
     for _ in range(args.epochs):
-        bc.train_epoch(policy, optimizer, batches)
+        bc.train_epoch(policy, optimizer, batches, **LOSS)
     _sync(device)
     return args.epochs * sum(len(o) for o, _ in batches) / (time.perf_counter() - start)
 
@@ -231,7 +240,7 @@ def run_naive(
             if time.perf_counter() - start > budget_s:
                 return
 
-    bc.train_epoch(policy, optimizer, timed_batches(iter(loader)))
+    bc.train_epoch(policy, optimizer, timed_batches(iter(loader)), **LOSS)
     _sync(device)
     seconds = time.perf_counter() - start
     return samples, seconds

@@ -17,6 +17,10 @@ BC and the RL job. Also reported: ``*_inline_fraction``, the wall time of the ca
 (what sending them inline, synchronously, would cost), and the cost of ``import mlflow``, paid
 once per job process.
 
+demo2rl.tracking carries no timers: :class:`Probe` measures it from outside, wrapping the
+package's entry points (``Run``'s public methods, ``Outbox.send`` and ``Outbox.flush``) and every
+call handed to the sender with timers, for the duration of one job.
+
 Writes results/bench/tracking.json. Run: .venv/bin/python benchmarks/tracking.py
     [--episodes 200] [--rl-steps 100000]  (the other settings are config/config.yaml's)
 """
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import logging
 import os
 import signal
@@ -33,16 +38,19 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
-import yaml
 from _common import BENCH_DIR, machine, report
 
-from demo2rl import collect, dataset, provenance, tracking
+from demo2rl import collect, dataset, groups, provenance, tracking
+from demo2rl.config import BCConfig, PolicyConfig, RLConfig, TaskConfig, TrackingConfig
+from demo2rl.config import load as load_config
 from demo2rl.stages import train_bc as bc_stage
 from demo2rl.stages import train_rl as rl_stage
 
@@ -57,7 +65,7 @@ def main() -> None:
     parser.add_argument("--rl-steps", type=int, default=100_000, help="env steps of the RL job")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config = load_config(REPO / "config" / "config.yaml")
     config["experiment"] = "bench-tracking"
     config["rl"]["total_timesteps"] = args.rl_steps
     demos = build_dataset(BENCH_DIR / "tracking_demos.h5", config, args.episodes)
@@ -109,7 +117,8 @@ def main() -> None:
 def run_jobs(config: dict[str, Any], demos: Path, root: Path) -> dict[str, dict[str, Any]]:
     """A workflow's parent run, then the BC job and the RL job (warm-started from that clone)."""
     out = root / "results"
-    tracking.start_workflow(config["experiment"], config, results_dir=out)
+    settings = TrackingConfig.of(config["tracking"])
+    tracking.start_workflow(config["experiment"], config, settings, results_dir=out)
     common = {"task": config["task"], "policy": config["policy"], "seed": config["seed"]}
     policy = out / "bc" / "policy.pt"
     # what the rules pass: the held-out episodes of the quick evaluations (a param), the envs
@@ -118,16 +127,16 @@ def run_jobs(config: dict[str, Any], demos: Path, root: Path) -> dict[str, dict[
     eval_episodes = config["evaluate"]["during_training"]
     eval_envs = config["evaluate"]["n_envs"]
     env = {k: config["task"][k] for k in ("env_id", "env_kwargs")}
-    rl_cfg = {k: v for k, v in config["rl"].items() if k not in ("seeds", "checkpoint_every")}
+    rl_cfg = groups.arm_rl_config(config["rl"], "bc")
 
     def train_bc(run: tracking.Run) -> None:
         bc_stage.train_bc(
             demos_path=str(demos),
             policy_out=str(policy),
             metrics_out=str(out / "bc" / "metrics.json"),
-            task=config["task"],
-            policy_cfg=config["policy"],
-            bc_cfg=config["bc"],
+            task=TaskConfig.of(config["task"]),
+            policy_cfg=PolicyConfig.of(config["policy"]),
+            bc_cfg=BCConfig.of(config["bc"]),
             eval_episodes=eval_episodes,
             seed=config["seed"],
             threads=1,
@@ -146,9 +155,9 @@ def run_jobs(config: dict[str, Any], demos: Path, root: Path) -> dict[str, dict[
             progress_out=str(rl_dir / "progress.csv"),
             evaluations_out=str(rl_dir / "evaluations.csv"),
             state_dir=str(rl_dir / "state"),
-            task=env,
-            policy_cfg=config["policy"],
-            rl_cfg=rl_cfg,
+            task=TaskConfig.of(env),
+            policy_cfg=PolicyConfig.of(config["policy"]),
+            rl_cfg=RLConfig.of(rl_cfg),
             eval_episodes=eval_episodes,
             seed=config["seed"],
             clip_obs=config["bc"]["clip_obs"],
@@ -159,7 +168,9 @@ def run_jobs(config: dict[str, Any], demos: Path, root: Path) -> dict[str, dict[
         )
 
     jobs = {
-        "bc": timed_job("bc", "bc", train_bc, common | {"bc": config["bc"]}, [demos], [policy]),
+        "bc": timed_job(
+            "bc", "bc", train_bc, common | {"bc": config["bc"]}, [demos], [policy], settings
+        ),
         "rl": timed_job(
             "rl-bc-seed0",
             "rl",
@@ -167,9 +178,10 @@ def run_jobs(config: dict[str, Any], demos: Path, root: Path) -> dict[str, dict[
             common | {"task": env, "rl": rl_cfg},
             [demos, policy],
             [],
+            settings,
         ),
     }
-    tracking.end_workflow(success=True)
+    tracking.end_workflow(success=True, settings=settings)
     return jobs
 
 
@@ -180,32 +192,130 @@ def timed_job(
     params: dict[str, Any],
     inputs: list[Path],
     outputs: list[Path],
+    settings: TrackingConfig,
 ) -> dict[str, Any]:
-    """Run ``body`` in a job's child run; its wall time and the time spent tracking."""
-    start = time.perf_counter()
-    with tracking.child_run(
-        name,
-        stage=stage,
-        rule=f"train_{stage}",
-        wildcards={},
-        params=params,
-        inputs=inputs,
-        outputs=outputs,
-    ) as run:
-        body(run)
-    wall = time.perf_counter() - start
-    outbox = run.outbox
-    tracking_s = outbox.seconds + outbox.sender_cpu_seconds
+    """Run ``body`` in a job's child run; its wall time and the time spent tracking.
+
+    The job thread's tracking time is the job's wall time less the time ``body`` spends on its
+    own work: the child run's set-up and its end (the final flush) count whole, and within
+    ``body`` the calls into the package.
+    """
+    probe = Probe()
+    with probe.attached():
+        start = time.perf_counter()
+        with tracking.child_run(
+            name,
+            stage=stage,
+            rule=f"train_{stage}",
+            wildcards={},
+            params=params,
+            inputs=inputs,
+            outputs=outputs,
+            settings=settings,
+        ) as run:
+            with probe.job_work():
+                body(run)
+        wall = time.perf_counter() - start
+    job_thread_s = wall - probe.work_s
+    tracking_s = job_thread_s + probe.sender_cpu_s
     print(f"{name}: {wall:.1f} s, tracking {tracking_s:.3f} s ({100 * tracking_s / wall:.2f}%)")
     return {
         "wall_s": wall,
         "tracking_s": tracking_s,
         "fraction": tracking_s / wall,
-        "job_thread_s": outbox.seconds,
-        "sender_cpu_s": outbox.sender_cpu_seconds,
-        "inline_s": outbox.sender_seconds,
+        "job_thread_s": job_thread_s,
+        "sender_cpu_s": probe.sender_cpu_s,
+        "inline_s": probe.sender_s,
         "calls": dict(run.calls),
     }
+
+
+class Probe:
+    """Times demo2rl.tracking from outside while :meth:`attached`: the job thread's time in the
+    package's entry points, and the wall and CPU time of the calls its sender thread makes."""
+
+    def __init__(self) -> None:
+        self.calls_s = 0.0
+        """The job thread's wall time in the package's entry points (nested calls count once)."""
+        self.work_s = 0.0
+        """The job's own work: the wall time of :meth:`job_work` blocks less their calls_s."""
+        self.sender_s = 0.0
+        """Wall time of the calls in the sender: what sending them inline would have cost."""
+        self.sender_cpu_s = 0.0
+        """CPU time of the sender thread in those calls (it competes with the job for cores)."""
+        self._job_thread = threading.get_ident()
+        self._depth = 0
+
+    @contextlib.contextmanager
+    def attached(self) -> Iterator[None]:
+        """Wrap ``Run``'s public methods, ``Outbox.send`` and ``Outbox.flush`` with timers."""
+        methods = [(tracking.Run, n) for n, f in vars(tracking.Run).items() if _public(n, f)]
+        methods += [(tracking.Outbox, "flush")]
+        with contextlib.ExitStack() as stack:
+            for owner, name in methods:
+                stack.enter_context(
+                    mock.patch.object(owner, name, self._timed(getattr(owner, name)))
+                )
+            stack.enter_context(mock.patch.object(tracking.Outbox, "send", self._send()))
+            yield
+
+    @contextlib.contextmanager
+    def job_work(self) -> Iterator[None]:
+        """Count the block's wall time, less the tracking calls in it, as the job's own work."""
+        start, calls = time.perf_counter(), self.calls_s
+        try:
+            yield
+        finally:
+            self.work_s += time.perf_counter() - start - (self.calls_s - calls)
+
+    @contextlib.contextmanager
+    def _in_tracking(self) -> Iterator[None]:
+        """Count the block's wall time as the job thread's time in tracking (an outermost block
+        on the job's thread only: other threads never wait for the job)."""
+        if threading.get_ident() != self._job_thread:
+            yield
+            return
+        self._depth += 1
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._depth -= 1
+            if self._depth == 0:
+                self.calls_s += time.perf_counter() - start
+
+    def _timed(self, method: Callable[..., Any]) -> Callable[..., Any]:
+        """``method``, its calls counted by :meth:`_in_tracking`."""
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            with self._in_tracking():
+                return method(*args, **kwargs)
+
+        return timed
+
+    def _send(self) -> Callable[..., None]:
+        """``Outbox.send``, counted like :meth:`_timed`, handing the sender each call wrapped in
+        a wall-clock and a thread-CPU timer."""
+        send = tracking.Outbox.send
+
+        def timed_send(outbox: tracking.Outbox, name: str, call: Callable[[], object]) -> None:
+            def timed_call() -> object:
+                start, cpu = time.perf_counter(), time.thread_time()
+                try:
+                    return call()
+                finally:
+                    self.sender_s += time.perf_counter() - start
+                    self.sender_cpu_s += time.thread_time() - cpu
+
+            with self._in_tracking():
+                send(outbox, name, timed_call)
+
+        return timed_send
+
+
+def _public(name: str, value: object) -> bool:
+    """A public method (not a property, not a dunder): an entry point of the job's thread."""
+    return not name.startswith("_") and inspect.isfunction(value)
 
 
 def build_dataset(path: Path, config: dict[str, Any], n_episodes: int) -> Path:

@@ -16,7 +16,8 @@ rule collect_shard:
     params:
         tracking=TRACKING,
         task=config["task"],
-        collect={k: config["collect"][k] for k in ("n_episodes", "n_shards")},
+        n_episodes=config["collect"]["n_episodes"],
+        n_shards=config["collect"]["n_shards"],
         seed=config["seed"],
         code=code("collect_shard", task=True),
     script:
@@ -40,7 +41,8 @@ rule merge_demos:
         runtime=15,
     params:
         tracking=TRACKING,
-        collect={k: config["collect"][k] for k in ("n_episodes", "valid_fraction")},
+        n_episodes=config["collect"]["n_episodes"],
+        valid_fraction=config["collect"]["valid_fraction"],
         code=code("merge_demos"),
     script:
         "../scripts/merge_demos.py"

@@ -7,7 +7,6 @@
 from snakemake.exceptions import WorkflowError
 
 from demo2rl import config as config_checks, groups, probe, provenance, tasks, vec_kinds
-from demo2rl.tracking_settings import settings as tracking_settings
 
 # the config, then the task itself (one env batch, one reset, one expert call): a bad key, a
 # space the workflow cannot use or an expert that does not fit fails here, before any job
@@ -32,11 +31,13 @@ INITS = config["rl"]["inits"]
 RL_SEEDS = config["rl"]["seeds"]
 ENV = {k: config["task"][k] for k in ("env_id", "env_kwargs")}
 """The task without its expert: what stages that only step the env read."""
-TASK_CODE = tasks.entry_point_modules(config["task"])
+TASK_CODE = tasks.entry_point_modules(
+    config["task"]["env_id"], config["task"]["expert"]["entry_point"]
+)
 """The modules of the task's env and expert (a user's own code, too)."""
 # how tracking failures are treated: a dataclass, which Snakemake leaves out of its params rerun
 # trigger (it cannot change a result); tests/test_rerun_matrix.py checks that it stays so
-TRACKING = tracking_settings(config)
+TRACKING = config_checks.TrackingConfig.of(config["tracking"])
 
 
 def rl_inputs(wildcards):
@@ -79,7 +80,7 @@ wildcard_constraints:
 def start_tracking():
     from demo2rl import tracking
 
-    parent = tracking.start_workflow(config["experiment"], config)
+    parent = tracking.start_workflow(config["experiment"], config, TRACKING)
     if parent:
         logger.info(f"MLflow: parent run {parent} in {tracking.tracking_uri()}")
 

@@ -1,5 +1,6 @@
 """Rule collect_shard: one contiguous range of demonstration episodes to an HDF5 shard."""
 
+from demo2rl.config import TaskConfig
 from demo2rl.jobs import job
 from demo2rl.stages import collect_shard as stage
 
@@ -8,8 +9,9 @@ with job(snakemake, stage="collect", run_name=f"collect-shard{shard}") as run:
     stage.collect_shard(
         shard=shard,
         out=snakemake.output[0],
-        task=snakemake.params.task,
-        collect_cfg=snakemake.params.collect,
+        task=TaskConfig.of(snakemake.params.task),
+        n_episodes=snakemake.params.n_episodes,
+        n_shards=snakemake.params.n_shards,
         seed=snakemake.params.seed,
         n_envs=snakemake.resources.envs,
         run=run,

@@ -1,5 +1,6 @@
 """Rule train_bc: behaviour cloning of the merged demonstrations into the RL policy class."""
 
+from demo2rl.config import BCConfig, PolicyConfig, TaskConfig
 from demo2rl.jobs import job
 from demo2rl.stages import train_bc as stage
 
@@ -9,9 +10,9 @@ with job(snakemake, stage="bc", run_name="bc") as run:
         demos_path=snakemake.input.demos,
         policy_out=snakemake.output.policy,
         metrics_out=snakemake.output.metrics,
-        task=p.task,
-        policy_cfg=p.policy,
-        bc_cfg=p.bc,
+        task=TaskConfig.of(p.task),
+        policy_cfg=PolicyConfig.of(p.policy),
+        bc_cfg=BCConfig.of(p.bc),
         eval_episodes=p.eval_episodes,
         seed=p.seed,
         threads=snakemake.threads,

@@ -3,6 +3,7 @@
 import sys
 
 from demo2rl import rl
+from demo2rl.config import PolicyConfig, RLConfig, TaskConfig
 from demo2rl.jobs import job
 from demo2rl.stages import train_rl as stage
 
@@ -18,9 +19,9 @@ try:
             progress_out=snakemake.output.progress,
             evaluations_out=snakemake.output.evaluations,
             state_dir=p.state_dir,
-            task=p.task,
-            policy_cfg=p.policy,
-            rl_cfg=p.rl,
+            task=TaskConfig.of(p.task),
+            policy_cfg=PolicyConfig.of(p.policy),
+            rl_cfg=RLConfig.of(p.rl),
             eval_episodes=p.eval_episodes,
             seed=p.seed,
             clip_obs=p.clip_obs,

@@ -6,20 +6,20 @@ import dataclasses
 import logging
 import math
 
+import configs
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
-from demo2rl import bc, collect, dataset, plots, rollout, seeds, tasks
+from demo2rl import acting, bc, collect, dataset, plots, rollout, seeds, tasks
 from demo2rl import policy as P
-from demo2rl.config import ConfigError
 
 ENV_ID = "Racing-v0"
 ENV_KWARGS = {"max_steps": 200}
 EXPERT = "demo2rl.experts.racing:pure_pursuit"
-POLICY_CFG = {"net_arch": {"pi": [64, 64], "vf": [64, 64]}, "activation": "tanh"}
-FAST = {"device": "cpu", "batch_size": 64, "max_epochs": 3}
+POLICY_CFG = configs.policy()
+FAST = configs.bc(device="cpu", batch_size=64, max_epochs=3)
 
 
 @pytest.fixture(scope="module")
@@ -53,12 +53,12 @@ def same_weights(a: bc.BCResult, b: bc.BCResult) -> bool:
 
 
 def test_bc_reaches_80_percent_of_the_expert_on_held_out_tracks(racing_file, tmp_path):
-    cfg = {"device": "cpu", "batch_size": 64, "max_epochs": 40, "patience": 10}
-    result = bc.train_bc(racing_file, policy_cfg=POLICY_CFG, bc_cfg=cfg, seed=0)
+    cfg = configs.bc(device="cpu", batch_size=64, max_epochs=40, patience=10)
+    result = bc.train_bc(racing_file, policy_cfg=POLICY_CFG, bc_cfg=cfg, seed=0, threads=1)
     assert result.data_path == "memory"
     assert result.history[-1]["train_nll"] < result.history[0]["train_nll"]
     eval_seeds = [seeds.eval_seed(0, i) for i in range(20)]
-    actor = P.make_actor(result.policy, result.normalizer, result.action_space)
+    actor = acting.make_actor(result.policy, result.normalizer, result.action_space)
     _, clone, _ = rollout.run_episodes(ENV_ID, ENV_KWARGS, actor, eval_seeds, n_envs=20)
     expert = tasks.load_expert(EXPERT)
     _, ref, _ = rollout.run_episodes(ENV_ID, ENV_KWARGS, expert, eval_seeds, n_envs=20)
@@ -77,16 +77,20 @@ def test_same_seed_gives_bitwise_identical_weights_whatever_the_threads(racing_d
     assert same_weights(runs[0], runs[1])
     assert same_weights(runs[0], runs[2]), "the thread count changed the weights"
     assert runs[0].history[-1]["valid_nll"] == runs[2].history[-1]["valid_nll"]
-    other = bc.train_bc(racing_demos, policy_cfg=POLICY_CFG, bc_cfg=FAST, seed=8)
+    other = bc.train_bc(racing_demos, policy_cfg=POLICY_CFG, bc_cfg=FAST, seed=8, threads=1)
     assert not same_weights(runs[0], other)
     assert torch.get_num_threads() == threads_before
 
 
 def test_streaming_path_trains_like_the_memory_path(racing_file, caplog):
-    memory = bc.train_bc(racing_file, policy_cfg=POLICY_CFG, bc_cfg=FAST, seed=1)
+    memory = bc.train_bc(racing_file, policy_cfg=POLICY_CFG, bc_cfg=FAST, seed=1, threads=1)
     with caplog.at_level(logging.INFO, logger="demo2rl.bc"):
         stream = bc.train_bc(
-            racing_file, policy_cfg=POLICY_CFG, bc_cfg=FAST | {"memory_fraction": 1e-9}, seed=1
+            racing_file,
+            policy_cfg=POLICY_CFG,
+            bc_cfg=dataclasses.replace(FAST, memory_fraction=1e-9),
+            seed=1,
+            threads=1,
         )
     assert (memory.data_path, stream.data_path) == ("memory", "stream")
     assert "streaming" in caplog.text
@@ -94,17 +98,26 @@ def test_streaming_path_trains_like_the_memory_path(racing_file, caplog):
     m, s = memory.history[-1]["valid_nll"], stream.history[-1]["valid_nll"]
     assert abs(m - s) < 0.25 * abs(memory.history[0]["valid_nll"] - m) + 0.05, (m, s)
     again = bc.train_bc(
-        racing_file, policy_cfg=POLICY_CFG, bc_cfg=FAST | {"memory_fraction": 1e-9}, seed=1
+        racing_file,
+        policy_cfg=POLICY_CFG,
+        bc_cfg=dataclasses.replace(FAST, memory_fraction=1e-9),
+        seed=1,
+        threads=1,
     )
     assert same_weights(stream, again)
 
 
 def test_early_stopping_keeps_the_best_weights(racing_demos, caplog):
     records = []
-    cfg = FAST | {"max_epochs": 30, "patience": 1, "learning_rate": 0.05}
+    cfg = dataclasses.replace(FAST, max_epochs=30, patience=1, learning_rate=0.05)
     with caplog.at_level(logging.INFO, logger="demo2rl.bc"):
         result = bc.train_bc(
-            racing_demos, policy_cfg=POLICY_CFG, bc_cfg=cfg, seed=0, on_epoch=records.append
+            racing_demos,
+            policy_cfg=POLICY_CFG,
+            bc_cfg=cfg,
+            seed=0,
+            on_epoch=records.append,
+            threads=1,
         )
     assert result.stop_reason == "patience: no valid improvement for 1 epochs"
     assert "BC stopped: patience" in caplog.text and "epoch 1/30 train_nll" in caplog.text
@@ -112,12 +125,12 @@ def test_early_stopping_keeps_the_best_weights(racing_demos, caplog):
     valid = [r["valid_nll"] for r in result.history]
     assert result.best_epoch == 1 + int(np.argmin(valid))
     assert result.best_valid_nll == min(valid)
-    with bc._open_data(racing_demos) as data:  # the returned policy is the best epoch's
+    with bc._open_split_dataset(racing_demos) as data:  # the returned policy is the best epoch's
         loader = bc._MemoryLoader(
             *data.load(data.valid_mask, result.normalizer, result.action_space), torch.device("cpu")
         )
     assert math.isclose(bc.evaluate_nll(result.policy, loader), min(valid), rel_tol=1e-6)
-    short = bc.train_bc(racing_demos, policy_cfg=POLICY_CFG, bc_cfg=FAST, seed=0)
+    short = bc.train_bc(racing_demos, policy_cfg=POLICY_CFG, bc_cfg=FAST, seed=0, threads=1)
     assert short.stop_reason == "max_epochs reached (3)" and len(short.history) == 3
 
 
@@ -127,7 +140,7 @@ def test_loss_trains_mean_and_log_std():
     torch.manual_seed(0)
     policy = P.build_policy(obs_space, act_space, POLICY_CFG)
     obs, actions = torch.randn(32, 4), torch.rand(32, 2) * 2 - 1
-    loss, nll, entropy = bc.bc_loss(policy, obs, actions)
+    loss, nll, entropy = bc.bc_loss(policy, obs, actions, ent_coef=0.0, l2_coef=0.0)
     assert torch.equal(loss.detach(), nll)
     loss.backward()
     assert policy.log_std.grad.abs().sum() > 0
@@ -143,11 +156,11 @@ def test_loss_trains_mean_and_log_std():
 
 def test_rescaled_action_space_is_learned_in_env_units():
     demos = _linear_demos(n_episodes=20, length=50)
-    cfg = {"device": "cpu", "batch_size": 64, "max_epochs": 40, "learning_rate": 3e-3}
-    result = bc.train_bc(demos, policy_cfg=POLICY_CFG, bc_cfg=cfg, seed=0)
+    cfg = configs.bc(device="cpu", batch_size=64, max_epochs=40, learning_rate=3e-3)
+    result = bc.train_bc(demos, policy_cfg=POLICY_CFG, bc_cfg=cfg, seed=0, threads=1)
     assert P.needs_rescale(result.action_space)
     obs = np.random.default_rng(9).uniform(-1, 1, size=(256, 3)).astype(np.float32)
-    actions = P.make_actor(result.policy, result.normalizer, result.action_space)(obs)
+    actions = acting.make_actor(result.policy, result.normalizer, result.action_space)(obs)
     np.testing.assert_allclose(actions, _linear_expert(obs), atol=0.25)
 
 
@@ -162,6 +175,7 @@ def test_dataset_errors_name_the_file_and_the_problem(racing_demos, racing_file,
             bc_cfg=FAST,
             seed=0,
             observation_space=car.observation_space,
+            threads=1,
         )
     with pytest.raises(dataset.DatasetError, match=r"action_space shape \(2,\) vs \(1,\)"):
         bc.check_dataset(racing_demos, None, car.action_space, None, path="x.h5")
@@ -173,17 +187,17 @@ def test_dataset_errors_name_the_file_and_the_problem(racing_demos, racing_file,
         racing_demos, split={"train": np.zeros(0, np.int64), "valid": np.arange(40)}
     )
     with pytest.raises(dataset.DatasetError, match="training split is empty"):
-        bc.train_bc(no_train, policy_cfg=POLICY_CFG, bc_cfg=FAST, seed=0)
+        bc.train_bc(no_train, policy_cfg=POLICY_CFG, bc_cfg=FAST, seed=0, threads=1)
     with pytest.raises(dataset.DatasetError, match="no train/valid split"):
         bc.train_bc(
-            dataclasses.replace(racing_demos, split=None), policy_cfg={}, bc_cfg=FAST, seed=0
+            dataclasses.replace(racing_demos, split=None),
+            policy_cfg=POLICY_CFG,
+            bc_cfg=FAST,
+            seed=0,
+            threads=1,
         )
     with pytest.raises(dataset.DatasetError, match="missing.h5: no such dataset file"):
-        bc.train_bc(tmp_path / "missing.h5", policy_cfg={}, bc_cfg=FAST, seed=0)
-    with pytest.raises(ConfigError, match="bc.batchsize"):
-        bc.train_bc(racing_demos, policy_cfg={}, bc_cfg={"batchsize": 3}, seed=0)
-    with pytest.raises(ConfigError, match="bc.patience"):
-        bc.train_bc(racing_demos, policy_cfg={}, bc_cfg={"patience": 0}, seed=0)
+        bc.train_bc(tmp_path / "missing.h5", policy_cfg=POLICY_CFG, bc_cfg=FAST, seed=0, threads=1)
 
 
 def _linear_expert(obs: np.ndarray) -> np.ndarray:

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
+import typing
 from pathlib import Path
 
 import pytest
 import yaml
 from conftest import TEST_CONFIG, snakemake
+
+from demo2rl import config, groups
 
 BASE = yaml.safe_load(TEST_CONFIG.read_text())
 
@@ -61,3 +65,97 @@ def test_schema_fills_defaults(tmp_path: Path):
     path.write_text(yaml.safe_dump(minimal))
     proc = snakemake(tmp_path, "-n", "--configfile", str(path))
     assert "collect_shard" in proc.stdout + proc.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# one source of defaults, typed sections
+
+
+def schema_leaves(node: dict, prefix: str = "") -> dict[str, dict]:
+    """Every leaf key of the schema (dotted path -> its schema entry)."""
+    leaves = {}
+    for key, entry in node.get("properties", {}).items():
+        path = f"{prefix}{key}"
+        if entry.get("type") == "object" and "properties" in entry:
+            leaves |= schema_leaves(entry, f"{path}.")
+        else:
+            leaves[path] = entry
+    return leaves
+
+
+def value_at(config: dict, path: str):
+    for key in path.split("."):
+        config = config[key]
+    return config
+
+
+def test_config_yaml_repeats_the_schema_defaults_exactly():
+    """config/config.yaml documents every key with the schema's default, and nothing else."""
+    schema = yaml.safe_load(config.SCHEMA.read_text())
+    documented = yaml.safe_load((config.SCHEMA.parent / "config.yaml").read_text())
+    leaves = schema_leaves(schema)
+    assert all("default" in entry for entry in leaves.values()), "a leaf without a default"
+    for path, entry in leaves.items():
+        assert value_at(documented, path) == entry["default"], path
+    assert config.load(documented) == config.load(None), "config.yaml sets a non-default value"
+
+
+def test_typed_sections_hold_every_key_a_job_reads():
+    """Each schema key of a typed section is a dataclass field (or one the rules alone read),
+    and each field is a schema key: adding a key to one and not the other fails here."""
+    schema = yaml.safe_load(config.SCHEMA.read_text())
+    leaves = set(schema_leaves(schema))
+
+    def fields(section: type[config.Section], prefix: str) -> set[str]:
+        out = set()
+        for field in dataclasses.fields(section):
+            kind, _ = config._unwrap(typing.get_type_hints(section)[field.name])
+            if isinstance(kind, type) and issubclass(kind, config.Section):
+                out |= fields(kind, f"{prefix}{field.name}.")
+            else:
+                out.add(f"{prefix}{field.name}")
+        return out
+
+    for name, section in config.SECTIONS.items():
+        in_schema = {p for p in leaves if p.startswith(f"{name}.")} - set(config.RULE_ONLY_KEYS)
+        assert fields(section, f"{name}.") == in_schema, name
+
+
+def test_sections_are_frozen_and_typed():
+    cfg = config.load(TEST_CONFIG)
+    rl = config.RLConfig.of(groups.arm_rl_config(cfg["rl"], "kickstart"))
+    assert rl.kickstart == config.KickstartConfig(coef=1.0, decay=0.25)
+    assert rl.warm_start is None and rl.residual is None  # other arms' sections: not given
+    assert rl.ppo.n_steps == cfg["rl"]["ppo"]["n_steps"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        rl.n_envs = 3  # type: ignore[misc]
+    policy = config.PolicyConfig.of({**cfg["policy"], "net_arch": [32, 16]})
+    assert policy.net_arch == {"pi": [32, 16], "vf": [32, 16]}
+    assert isinstance(config.BCConfig.of({**cfg["bc"], "learning_rate": 1}).learning_rate, float)
+
+
+def typo(section: str, path: str) -> dict:
+    """The test config's ``section`` as a job gets it, with the key at ``path`` misspelt."""
+    cfg = config.load(TEST_CONFIG)
+    given = groups.arm_rl_config(cfg["rl"], "bc") if section == "rl" else cfg[section]
+    *parents, last = path.split(".")
+    node = given
+    for key in parents:
+        node = node[key]
+    node[last[:-1]] = node.pop(last)
+    return given
+
+
+@pytest.mark.parametrize(
+    ("section", "path"), [("bc", "learning_rate"), ("rl", "ppo.n_steps"), ("policy", "ortho_init")]
+)
+def test_a_key_a_section_does_not_know_is_named(section, path):
+    with pytest.raises(config.ConfigError) as err:
+        config.SECTIONS[section].of(typo(section, path))
+    assert err.value.key == f"{section}.{path[:-1]}"
+
+
+def test_a_missing_key_is_named():
+    cfg = config.load(TEST_CONFIG)
+    with pytest.raises(config.ConfigError, match="'bc.patience': missing"):
+        config.BCConfig.of({k: v for k, v in cfg["bc"].items() if k != "patience"})

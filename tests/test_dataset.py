@@ -70,6 +70,21 @@ def test_round_trip_keeps_arrays_and_metadata(tmp_path):
         assert f["steps/observations"].chunks is not None
 
 
+def test_space_description_round_trip_and_mismatch():
+    box = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
+    for space in (
+        gym.spaces.Box(-np.inf, np.inf, (3,), np.float32),
+        box,
+        gym.spaces.Discrete(4, 1),
+    ):
+        desc = dataset.describe_space(space)
+        assert dataset.describe_space(dataset.space_from_description(desc)) == desc
+        assert dataset.space_mismatch("action_space", desc, desc) is None
+    wide = dataset.describe_space(gym.spaces.Box(-1.0, 1.0, (2,), np.float32))
+    problem = dataset.space_mismatch("action_space", dataset.describe_space(box), wide)
+    assert problem == "action_space shape (1,) vs (2,)"
+
+
 def test_next_observations_follow_episodes():
     demos = make_demos()
     nxt = demos.next_observations()

@@ -26,6 +26,7 @@ from conftest import BIN, REPO, TEST_CONFIG, snakemake, unavailable
 from mlflow.exceptions import MlflowException
 
 from demo2rl import dataset, tracking
+from demo2rl.config import TrackingConfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 CONFIG = yaml.safe_load(TEST_CONFIG.read_text())
@@ -508,7 +509,9 @@ def test_missing_credentials_stop_the_workflow_at_its_start(
     tracking_env(monkeypatch, MLFLOW_TRACKING_URI=auth_server.url)
     monkeypatch.setenv("HOME", str(auth_server.root))  # no ~/.mlflow/credentials either
     with pytest.raises(MlflowException, match="401") as caught:
-        tracking.start_workflow("no-login", {"experiment": "no-login"})
+        tracking.start_workflow(
+            "no-login", {"experiment": "no-login"}, TrackingConfig(fail_on_error=False)
+        )
     message = str(caught.value)
     assert "rejected the workflow's tracking at its start" in message
     assert "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD" in message
@@ -533,7 +536,9 @@ def test_a_deleted_experiment_the_user_cannot_restore_is_an_error_naming_it(
         MLFLOW_TRACKING_PASSWORD=ALICE[1],
     )
     with pytest.raises(tracking.ExperimentDeleted) as caught:
-        tracking.start_workflow("admins", {"experiment": "admins"})
+        tracking.start_workflow(
+            "admins", {"experiment": "admins"}, TrackingConfig(fail_on_error=False)
+        )
     message = str(caught.value)
     assert f"MLflow experiment 'admins' (id {experiment_id})" in message
     assert "is deleted and could not be restored" in message and "403" in message

@@ -61,6 +61,7 @@ def test_learning_curves(tmp_path: Path):
         {"expert": 9.0, "behaviour clone": 4.0},
         out,
         colors={"expert": "black"},
+        confidence=0.95,
     )
     assert_png(out)
 
@@ -72,7 +73,7 @@ def test_final_returns(tmp_path: Path):
     }
     improvement = {"RL from BC > expert": {"probability": 0.8, "ci": [0.6, 0.95]}}
     out = tmp_path / "final.png"
-    plots.final_returns(estimates, improvement, out)
+    plots.final_returns(estimates, improvement, out, confidence=0.95)
     assert_png(out)
 
 

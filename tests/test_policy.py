@@ -1,7 +1,11 @@
-"""The shared policy: SB3 compatibility, normalisation, action scaling, acting, checkpoints."""
+"""The shared policy: SB3 compatibility, normalisation, action scaling, acting, checkpoints
+(demo2rl.policy, demo2rl.acting, demo2rl.checkpoints)."""
 
 from __future__ import annotations
 
+import dataclasses
+
+import configs
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -11,11 +15,12 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 from torch import nn
 
+from demo2rl import acting, checkpoints
 from demo2rl import policy as P
 from demo2rl.config import ConfigError
 from demo2rl.dataset import describe_space
 
-CFG = {"net_arch": {"pi": [32, 32], "vf": [16]}, "activation": "relu", "log_std_init": -0.5}
+CFG = configs.policy(net_arch={"pi": [32, 32], "vf": [16]}, activation="relu", log_std_init=-0.5)
 OBS = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
 ACT = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)  # Pendulum's: rescaled to [-1, 1]
 ONE = np.float32(1.0)
@@ -38,13 +43,11 @@ def test_sb3_policy_kwargs_maps_the_config():
         "log_std_init": -0.5,
         "ortho_init": True,
     }
-    assert P.sb3_policy_kwargs({"net_arch": [8]})["net_arch"] == {"pi": [8], "vf": [8]}
+    assert P.sb3_policy_kwargs(configs.policy(net_arch=[8]))["net_arch"] == {"pi": [8], "vf": [8]}
     with pytest.raises(ConfigError, match="policy.activation.*'swish'"):
-        P.sb3_policy_kwargs({"activation": "swish"})
-    with pytest.raises(ConfigError, match="policy.net_arch.pi"):
-        P.sb3_policy_kwargs({"net_arch": {"pi": [0], "vf": [4]}})
+        P.sb3_policy_kwargs(configs.policy(activation="swish"))
     with pytest.raises(ConfigError, match="policy.depth"):
-        P.sb3_policy_kwargs({"depth": 3})
+        configs.policy(depth=3)
 
 
 def test_build_policy_is_what_ppo_builds_and_loads_strictly():
@@ -105,7 +108,7 @@ def test_actor_normalises_clips_and_unscales():
     policy, norm = make_policy(), make_normalizer()
     with torch.no_grad():
         policy.action_net.bias.fill_(5.0)  # mean far outside [-1, 1]
-    actor = P.make_actor(policy, norm, ACT)
+    actor = acting.make_actor(policy, norm, ACT)
     obs = np.random.default_rng(1).normal(size=(7, 3)).astype(np.float32)
     actions = actor(obs)
     assert actions.shape == (7, 1) and actions.dtype == np.float32
@@ -115,7 +118,7 @@ def test_actor_normalises_clips_and_unscales():
         want = policy.get_distribution(torch.as_tensor(norm(obs))).mode().numpy()
     # (float32 rounding differs between batch sizes: the actor pads to ACT_BLOCK rows)
     np.testing.assert_allclose(actor(obs), 2.0 * np.clip(want, -1, 1), rtol=1e-5, atol=1e-7)
-    sampled = P.make_actor(policy, norm, ACT, deterministic=False)(obs)
+    sampled = acting.make_actor(policy, norm, ACT, deterministic=False)(obs)
     assert sampled.shape == (7, 1) and np.all(np.abs(sampled) <= 2.0)
 
 
@@ -124,10 +127,10 @@ def test_actions_do_not_depend_on_how_many_envs_act_together():
     observations into batches gives bitwise the same actions (torch alone does not)."""
     torch.set_num_threads(1)
     policy, norm = make_policy(), make_normalizer()
-    actor = P.make_actor(policy, norm, ACT)
+    actor = acting.make_actor(policy, norm, ACT)
     obs = np.random.default_rng(2).normal(size=(150, 3)).astype(np.float32)
     whole = actor(obs)
-    for batch in (1, 3, 4, 7, 16, P.ACT_BLOCK + 1):
+    for batch in (1, 3, 4, 7, 16, acting.ACT_BLOCK + 1):
         split = np.concatenate([actor(obs[i : i + batch]) for i in range(0, len(obs), batch)])
         np.testing.assert_array_equal(split, whole, err_msg=f"batches of {batch}")
 
@@ -136,7 +139,7 @@ def test_checkpoint_round_trip_is_plain_data(tmp_path):
     policy, norm = make_policy(seed=3), make_normalizer()
     path = tmp_path / "ckpt" / "bc.pt"
     meta = {"dataset_hash": "abc", "bc": {"lr": np.float64(1e-3)}, "arr": np.arange(3)}
-    P.save_checkpoint(
+    checkpoints.save_checkpoint(
         path, policy, norm, policy_cfg=CFG, observation_space=OBS, action_space=ACT, meta=meta
     )
     raw = torch.load(path, weights_only=True)
@@ -144,24 +147,24 @@ def test_checkpoint_round_trip_is_plain_data(tmp_path):
     assert raw["meta"]["dataset_hash"] == "abc" and raw["meta"]["arr"] == [0, 1, 2]
     assert {"versions", "code_revision"} <= set(raw["meta"])
     assert raw["policy_cfg"]["net_arch"] == {"pi": [32, 32], "vf": [16]}
-    loaded, norm2, ckpt = P.load_checkpoint(path, OBS, ACT, CFG)
+    loaded, norm2, ckpt = checkpoints.load_checkpoint(path, OBS, ACT, CFG)
     for key, value in policy.state_dict().items():
         assert torch.equal(loaded.state_dict()[key], value)
     obs = np.random.default_rng(2).normal(size=(4, 3)).astype(np.float32)
     np.testing.assert_array_equal(
-        P.make_actor(loaded, norm2, ACT)(obs), P.make_actor(policy, norm, ACT)(obs)
+        acting.make_actor(loaded, norm2, ACT)(obs), acting.make_actor(policy, norm, ACT)(obs)
     )
-    assert ckpt["format_version"] == P.CHECKPOINT_VERSION
+    assert ckpt["format_version"] == checkpoints.CHECKPOINT_VERSION
 
 
 def test_load_checkpoint_without_a_config_builds_the_recorded_network(tmp_path):
     """A stage that only acts with a checkpoint (evaluate) takes the network from it."""
     policy, norm = make_policy(seed=4), make_normalizer()
     path = tmp_path / "rl.pt"
-    P.save_checkpoint(
+    checkpoints.save_checkpoint(
         path, policy, norm, policy_cfg=CFG, observation_space=OBS, action_space=ACT, meta={}
     )
-    loaded, _, ckpt = P.load_checkpoint(path, OBS, ACT)
+    loaded, _, ckpt = checkpoints.load_checkpoint(path, OBS, ACT)
     assert ckpt["policy_cfg"]["net_arch"] == {"pi": [32, 32], "vf": [16]}
     assert isinstance(loaded.mlp_extractor.policy_net[1], nn.ReLU)  # the recorded activation
     assert loaded.state_dict().keys() == policy.state_dict().keys()
@@ -169,13 +172,15 @@ def test_load_checkpoint_without_a_config_builds_the_recorded_network(tmp_path):
         assert torch.equal(loaded.state_dict()[key], value), key
     # the task's spaces are still checked
     other_obs = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
-    with pytest.raises(P.CheckpointError, match=r"rl.pt: observation_space shape \(3,\) vs"):
-        P.load_checkpoint(path, other_obs, ACT)
+    with pytest.raises(
+        checkpoints.CheckpointError, match=r"rl.pt: observation_space shape \(3,\) vs"
+    ):
+        checkpoints.load_checkpoint(path, other_obs, ACT)
 
 
 def test_load_checkpoint_refuses_mismatches(tmp_path):
     path = tmp_path / "bc.pt"
-    P.save_checkpoint(
+    checkpoints.save_checkpoint(
         path,
         make_policy(),
         make_normalizer(),
@@ -184,22 +189,30 @@ def test_load_checkpoint_refuses_mismatches(tmp_path):
         action_space=ACT,
         meta={},
     )
-    with pytest.raises(P.CheckpointError, match=r"policy.net_arch.pi is \[32, 32\] .* \[64\]"):
-        P.load_checkpoint(path, OBS, ACT, CFG | {"net_arch": {"pi": [64], "vf": [16]}})
-    with pytest.raises(P.CheckpointError, match="policy.activation is 'relu' .* 'tanh'"):
-        P.load_checkpoint(path, OBS, ACT, CFG | {"activation": "tanh"})
+    with pytest.raises(
+        checkpoints.CheckpointError, match=r"policy.net_arch.pi is \[32, 32\] .* \[64\]"
+    ):
+        checkpoints.load_checkpoint(
+            path, OBS, ACT, dataclasses.replace(CFG, net_arch={"pi": [64], "vf": [16]})
+        )
+    with pytest.raises(checkpoints.CheckpointError, match="policy.activation is 'relu' .* 'tanh'"):
+        checkpoints.load_checkpoint(path, OBS, ACT, dataclasses.replace(CFG, activation="tanh"))
     other_obs = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
-    with pytest.raises(P.CheckpointError, match=r"bc.pt: observation_space shape \(3,\) vs \(2,\)"):
-        P.load_checkpoint(path, other_obs, ACT, CFG)
-    with pytest.raises(P.CheckpointError, match="action_space low"):
-        P.load_checkpoint(path, OBS, gym.spaces.Box(-1.0, 1.0, (1,), np.float32), CFG)
+    with pytest.raises(
+        checkpoints.CheckpointError, match=r"bc.pt: observation_space shape \(3,\) vs \(2,\)"
+    ):
+        checkpoints.load_checkpoint(path, other_obs, ACT, CFG)
+    with pytest.raises(checkpoints.CheckpointError, match="action_space low"):
+        checkpoints.load_checkpoint(path, OBS, gym.spaces.Box(-1.0, 1.0, (1,), np.float32), CFG)
     # init-only keys do not matter once the weights are loaded
-    P.load_checkpoint(path, OBS, ACT, CFG | {"log_std_init": 0.0, "ortho_init": False})
-    with pytest.raises(P.CheckpointError, match="no such checkpoint"):
-        P.load_checkpoint(tmp_path / "missing.pt", OBS, ACT, CFG)
+    checkpoints.load_checkpoint(
+        path, OBS, ACT, dataclasses.replace(CFG, log_std_init=0.0, ortho_init=False)
+    )
+    with pytest.raises(checkpoints.CheckpointError, match="no such checkpoint"):
+        checkpoints.load_checkpoint(tmp_path / "missing.pt", OBS, ACT, CFG)
     (tmp_path / "bad.pt").write_bytes(path.read_bytes()[:100])
-    with pytest.raises(P.CheckpointError, match="bad.pt: unreadable"):
-        P.load_checkpoint(tmp_path / "bad.pt", OBS, ACT, CFG)
+    with pytest.raises(checkpoints.CheckpointError, match="bad.pt: unreadable"):
+        checkpoints.load_checkpoint(tmp_path / "bad.pt", OBS, ACT, CFG)
 
 
 def test_build_policy_init_does_not_depend_on_threads():
@@ -208,7 +221,7 @@ def test_build_policy_init_does_not_depend_on_threads():
         states = []
         for threads in (1, 2):
             torch.set_num_threads(threads)
-            states.append(make_policy({"net_arch": [64, 64]}, seed=5).state_dict())
+            states.append(make_policy(configs.policy(), seed=5).state_dict())
     finally:
         torch.set_num_threads(previous)
     assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
@@ -223,13 +236,6 @@ def test_resolve_device():
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA is not available"):
             P.resolve_device("cuda:0")
-
-
-def test_space_description_round_trip():
-    for space in (OBS, ACT, gym.spaces.Discrete(4, start=1)):
-        assert describe_space(P.space_from_description(describe_space(space))) == describe_space(
-            space
-        )
 
 
 class _BoxEnv(gym.Env):

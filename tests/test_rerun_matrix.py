@@ -75,11 +75,18 @@ MODULES: dict[str, list[str]] = {
     "demo2rl.experts": ["collect_shard", "train_bc", "train_rl", "evaluate", "plot_racing"],
     "demo2rl.experts.racing": ["collect_shard", "train_bc", "train_rl", "evaluate", "plot_racing"],
     "demo2rl.experts.classic": [],  # not the test config's expert
-    "demo2rl.config": TRAINING,  # (policy and bc raise its ConfigError)
+    "demo2rl.config": ["collect_shard", *TRAINING],  # the typed config sections
     "demo2rl.policy": TRAINING,
+    "demo2rl.checkpoints": TRAINING,
+    "demo2rl.acting": TRAINING,
+    "demo2rl.guidance": ["train_rl"],
     "demo2rl.evaluation": TRAINING,
     "demo2rl.bc": ["train_bc", "train_rl"],
     "demo2rl.rl": ["train_rl"],
+    "demo2rl.rl.arms": ["train_rl"],
+    "demo2rl.rl.progress": ["train_rl"],
+    "demo2rl.rl.state": ["train_rl"],
+    "demo2rl.rl.trainer": ["train_rl"],
     "demo2rl.vec": ["train_rl"],
     "demo2rl.vec_kinds": ["train_rl"],
     "demo2rl.probe": [],  # run when the workflow parses its config, by no job
@@ -88,7 +95,11 @@ MODULES: dict[str, list[str]] = {
     "demo2rl.plots": ["plot_bc", "plot_summary", "plot_racing"],
     # cannot change a result: tracking, provenance records, job glue
     "demo2rl.tracking": [],
-    "demo2rl.tracking_settings": [],
+    "demo2rl.tracking.lineage": [],
+    "demo2rl.tracking.outbox": [],
+    "demo2rl.tracking.run": [],
+    "demo2rl.tracking.store": [],
+    "demo2rl.tracking.workflow": [],
     "demo2rl.provenance": [],
     "demo2rl.jobs": [],
 }

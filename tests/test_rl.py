@@ -4,6 +4,7 @@ resume, determinism, errors."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import multiprocessing as mp
 import os
@@ -12,30 +13,55 @@ import signal
 import time
 from pathlib import Path
 
+import configs
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
-from demo2rl import bc, collect, dataset, evaluation, policy, rl, seeds, tasks, vec
+from demo2rl import (
+    acting,
+    bc,
+    checkpoints,
+    collect,
+    config,
+    dataset,
+    evaluation,
+    groups,
+    guidance,
+    policy,
+    rl,
+    seeds,
+    tasks,
+    vec,
+)
 
 ENV_ID, ENV_KWARGS = "Racing-v0", {"max_steps": 200}
-POLICY_CFG = {"net_arch": {"pi": [64, 64], "vf": [64, 64]}, "activation": "tanh"}
-RL_CFG = {
+POLICY_CFG = configs.policy()
+RL_CFG = configs.DEFAULTS["rl"] | {
     "total_timesteps": 2048,
     "n_envs": 8,
     "vec_env": "native",
     "device": "cpu",
     "eval_every": 1024,
-    "ppo": {"n_steps": 64, "batch_size": 256, "n_epochs": 2, "learning_rate": 3e-4},
+    "ppo": configs.DEFAULTS["rl"]["ppo"]
+    | {"n_steps": 64, "batch_size": 256, "n_epochs": 2, "learning_rate": 3e-4},
     "warm_start": {"critic_warmup_steps": 512, "log_std": None, "bc_coef": 0.0, "bc_decay": 0.5},
     "residual": {"log_std": -0.5},
     "kickstart": {"coef": 1.0, "decay": 0.5},
 }
+"""The rl section of these tests (a mapping, changed per test); :func:`typed` gives a run its
+arm's slice as the workflow does."""
+CLIP_OBS = configs.DEFAULTS["bc"]["clip_obs"]
 EVAL_EPISODES = 8
 """Held-out episodes of each evaluation during training (``evaluate.during_training``)."""
 RUN_ARGS = {"threads": 1, "eval_envs": 16, "checkpoint_every": 512}
 """Speed and robustness settings: arguments of train_rl, not part of a run's key."""
+
+
+def typed(init: str, rl_cfg: dict) -> config.RLConfig:
+    """The ``rl`` section a run of ``init`` gets (rules/rl.smk: its arm's slice)."""
+    return config.RLConfig.of(groups.arm_rl_config(rl_cfg, init))
 
 
 def dataset_and_clone(
@@ -55,9 +81,9 @@ def dataset_and_clone(
     valid = 0.125 if n_episodes >= 32 else 0.25
     demos = dataset.merge([shard], ["shard0"], n_episodes=n_episodes, valid_fraction=valid)
     dataset.write(tmp / "demos.h5", demos)
-    cfg = {"device": "cpu"} | bc_cfg
-    result = bc.train_bc(tmp / "demos.h5", policy_cfg=POLICY_CFG, bc_cfg=cfg, seed=0)
-    policy.save_checkpoint(
+    cfg = configs.bc(device="cpu", **bc_cfg)
+    result = bc.train_bc(tmp / "demos.h5", policy_cfg=POLICY_CFG, bc_cfg=cfg, seed=0, threads=1)
+    checkpoints.save_checkpoint(
         tmp / "bc.pt",
         result.policy,
         result.normalizer,
@@ -86,8 +112,9 @@ def demos_and_clone(tmp_path_factory) -> tuple[Path, Path]:
 
 def key_of(init: str, rl_cfg: dict, run_seed: int = 1) -> dict:
     """The run key of a run in these tests: everything its result depends on (as the stage's)."""
-    config = {"policy": POLICY_CFG, "rl": rl_cfg, "eval_episodes": EVAL_EPISODES, "init": init}
-    return rl.run_key({"config": config | {"run_seed": run_seed}, "inputs.demos": "demos-v1"})
+    parts = {"policy": POLICY_CFG.to_dict(), "rl": rl_cfg, "eval_episodes": EVAL_EPISODES}
+    parts |= {"init": init, "run_seed": run_seed}
+    return rl.run_key({"config": parts, "inputs.demos": "demos-v1"})
 
 
 def train(
@@ -105,18 +132,18 @@ def train(
     run_args = RUN_ARGS | {k: overrides.pop(k) for k in RUN_ARGS if k in overrides}
     rl_cfg = RL_CFG | overrides
     return rl.train_rl(
-        env_id=task[0],
-        env_kwargs=task[1],
+        task=configs.task(*task),
         init=init,
         demos_path=demos,
         bc_checkpoint=None if init == "scratch" else clone,
         policy_cfg=POLICY_CFG,
-        rl_cfg=rl_cfg,
+        rl_cfg=typed(init, rl_cfg),
         base_seed=0,
         run_seed=1,
         state_dir=state_dir,
         key=key_of(init, rl_cfg) if key is None else key,
         eval_episodes=eval_episodes,
+        clip_obs=CLIP_OBS,
         **run_args,
     )
 
@@ -142,31 +169,33 @@ def clone_env(demos_and_clone):
     env_probe = vec.make_vec_env(ENV_ID, ENV_KWARGS, 1, "native")
     obs_space, act_space = env_probe.observation_space, env_probe.action_space
     env_probe.close()
-    clone, normalizer, _ = policy.load_checkpoint(clone_path, obs_space, act_space, POLICY_CFG)
-    env = rl.make_training_env(ENV_ID, ENV_KWARGS, RL_CFG, normalizer, n_workers=1)
+    clone, normalizer, _ = checkpoints.load_checkpoint(clone_path, obs_space, act_space, POLICY_CFG)
+    env = rl.make_training_env(
+        configs.task(ENV_ID, ENV_KWARGS), typed("bc", RL_CFG), normalizer, n_workers=1
+    )
     yield clone, normalizer, act_space, env
     env.close()
 
 
 def build(init: str, clone_env, rl_cfg: dict | None = None, seed: int = 3) -> rl.GuidedPPO:
     clone, _, _, env = clone_env
-    model, _ = rl.build_model(
+    return rl.build_model(
         init,
         env,
         policy_cfg=POLICY_CFG,
-        rl_cfg=rl_cfg or RL_CFG,
+        rl_cfg=typed(init, rl_cfg or RL_CFG),
         clone=clone,
         demos=lambda: pytest.fail("no demonstration term in this config"),
         seed=seed,
+        device="cpu",
     )
-    return model
 
 
 def test_warm_start_reproduces_the_clone_exactly(demos_and_clone, clone_env):
     clone, normalizer, act_space, env = clone_env
     raw = dataset.read(demos_and_clone[0]).steps["observations"][:500]
     model = build("bc", clone_env)
-    clone_actions = policy.make_actor(clone, normalizer, act_space)(raw)
+    clone_actions = acting.make_actor(clone, normalizer, act_space)(raw)
     ppo_actions, _ = model.predict(env.normalize_obs(raw), deterministic=True)
     np.testing.assert_array_equal(np.clip(ppo_actions, -1, 1), clone_actions)
     assert torch.equal(model.policy.log_std, clone.log_std)
@@ -181,8 +210,8 @@ def test_residual_arm_starts_at_the_clone_and_keeps_it_frozen(demos_and_clone, c
     assert isinstance(model.policy, policy.ResidualPolicy)
     assert torch.all(model.policy.log_std == RL_CFG["residual"]["log_std"])
     # the correction starts near zero (SB3's action layer gain 0.01): the clone's actions
-    clone_actions = policy.make_actor(clone, normalizer, act_space)(raw)
-    start_actions = policy.make_actor(model.policy, normalizer, act_space)(raw)
+    clone_actions = acting.make_actor(clone, normalizer, act_space)(raw)
+    start_actions = acting.make_actor(model.policy, normalizer, act_space)(raw)
     assert np.abs(start_actions - clone_actions).max() < 0.05
     # the base is frozen: not in the optimiser, no gradient
     base = list(model.policy.base.parameters())
@@ -202,7 +231,7 @@ def test_residual_checkpoint_loads_and_acts_like_the_trained_policy(
     _, _, act_space, env = clone_env
     raw = dataset.read(demos_and_clone[0]).steps["observations"][:300]
     result = train(demos_and_clone, tmp_path / "state", init="residual", total_timesteps=1024)
-    policy.save_checkpoint(
+    checkpoints.save_checkpoint(
         tmp_path / "rl.pt",
         result.model.policy,
         result.normalizer,
@@ -211,15 +240,15 @@ def test_residual_checkpoint_loads_and_acts_like_the_trained_policy(
         action_space=act_space,
         meta={},
     )
-    loaded, loaded_norm, ckpt = policy.load_checkpoint(
+    loaded, loaded_norm, ckpt = checkpoints.load_checkpoint(
         tmp_path / "rl.pt", env.observation_space, act_space
     )  # as the evaluate stage does: the network (and its base) from the checkpoint
     assert isinstance(loaded, policy.ResidualPolicy)
     assert ckpt["residual_base"] == {"net_arch": [64, 64], "activation": "tanh"}
     same_weights(loaded, result.model.policy)
     np.testing.assert_array_equal(
-        policy.make_actor(loaded, loaded_norm, act_space)(raw),
-        policy.make_actor(result.model.policy, result.normalizer, act_space)(raw),
+        acting.make_actor(loaded, loaded_norm, act_space)(raw),
+        acting.make_actor(result.model.policy, result.normalizer, act_space)(raw),
     )
 
 
@@ -228,7 +257,7 @@ def test_guide_term_trains_the_mean_never_the_log_std(clone_env):
     obs = torch.as_tensor(env.reset())
     for module in (clone, build("residual", clone_env).policy):
         module.zero_grad()
-        policy.mean_actions(module, obs).pow(2).sum().backward()
+        acting.mean_actions(module, obs).pow(2).sum().backward()
         assert module.log_std.grad is None
         assert module.action_net.weight.grad.abs().sum() > 0
 
@@ -243,7 +272,7 @@ def test_kickstart_pulls_a_fresh_policy_towards_the_clone_then_fades(
 
     def gap(module) -> float:
         with torch.no_grad():
-            diff = policy.mean_actions(module, states) - policy.mean_actions(clone, states)
+            diff = acting.mean_actions(module, states) - acting.mean_actions(clone, states)
         return float(diff.pow(2).sum(-1).mean())
 
     fresh = build("kickstart", clone_env)
@@ -363,7 +392,7 @@ def test_two_trainers_never_share_a_state_dir(demos_and_clone, tmp_path, monkeyp
         while not (state_dir / rl.STATE).exists() and time.time() < deadline:
             time.sleep(0.2)
         assert (state_dir / rl.STATE).exists(), "the first trainer never checkpointed"
-        monkeypatch.setattr(rl, "LOCK_WAIT_S", 1.0)
+        monkeypatch.setattr(rl.state, "LOCK_WAIT_S", 1.0)
         with pytest.raises(rl.StateDirBusy, match=rf"in use by another trainer .*{child.pid}"):
             train(demos_and_clone, state_dir, "scratch", total_timesteps=total)
         assert child.is_alive(), "the refused trainer must not have disturbed the first"
@@ -375,37 +404,41 @@ def test_two_trainers_never_share_a_state_dir(demos_and_clone, tmp_path, monkeyp
 
 
 def test_bc_arm_refuses_a_checkpoint_of_another_architecture(demos_and_clone, tmp_path):
-    other = POLICY_CFG | {"net_arch": {"pi": [32], "vf": [32]}}
+    other = dataclasses.replace(POLICY_CFG, net_arch={"pi": [32], "vf": [32]})
     demos, clone = demos_and_clone
-    with pytest.raises(policy.CheckpointError, match=r"bc.pt: policy.net_arch.pi is \[64, 64\]"):
+    with pytest.raises(
+        checkpoints.CheckpointError, match=r"bc.pt: policy.net_arch.pi is \[64, 64\]"
+    ):
         rl.train_rl(
-            env_id=ENV_ID,
-            env_kwargs=ENV_KWARGS,
+            task=configs.task(ENV_ID, ENV_KWARGS),
             init="bc",
             demos_path=demos,
             bc_checkpoint=clone,
             policy_cfg=other,
-            rl_cfg=RL_CFG,
+            rl_cfg=typed("bc", RL_CFG),
             base_seed=0,
             run_seed=0,
             state_dir=tmp_path / "state",
             key=key_of("bc", RL_CFG, run_seed=0),
             eval_episodes=EVAL_EPISODES,
+            clip_obs=CLIP_OBS,
+            **RUN_ARGS,
         )
-    with pytest.raises(policy.CheckpointError, match="missing.pt: no such checkpoint file"):
+    with pytest.raises(checkpoints.CheckpointError, match="missing.pt: no such checkpoint file"):
         rl.train_rl(
-            env_id=ENV_ID,
-            env_kwargs=ENV_KWARGS,
+            task=configs.task(ENV_ID, ENV_KWARGS),
             init="bc",
             demos_path=demos,
             bc_checkpoint=tmp_path / "missing.pt",
             policy_cfg=POLICY_CFG,
-            rl_cfg=RL_CFG,
+            rl_cfg=typed("bc", RL_CFG),
             base_seed=0,
             run_seed=0,
             state_dir=tmp_path / "state",
             key=key_of("bc", RL_CFG, run_seed=0),
             eval_episodes=EVAL_EPISODES,
+            clip_obs=CLIP_OBS,
+            **RUN_ARGS,
         )
 
 
@@ -472,7 +505,7 @@ def test_a_crafted_checkpoint_is_refused_without_running_its_code(demos_and_clon
     crafted = {"policy": _Payload(marker), "optimizer": {}, "num_timesteps": 512, "n_updates": 4}
     _plant_state(state_dir, key_of("scratch", RL_CFG), write(crafted, tmp_path / "crafted.pt"))
     assert rl.claim_state_dir(state_dir, key_of("scratch", RL_CFG)), "the run must try to resume"
-    with pytest.raises(policy.CheckpointError) as err:
+    with pytest.raises(checkpoints.CheckpointError) as err:
         train(demos_and_clone, state_dir, init="scratch")
     assert not marker.exists(), "unpickling the crafted checkpoint ran its code"
     assert err.value.path == state_dir / rl.CHECKPOINT
@@ -624,15 +657,15 @@ def train_cartpole(cartpole, state_dir: Path, init: str, **overrides) -> rl.RLRe
 def test_categorical_guide_loss_is_the_nll_of_demonstrated_actions(cartpole):
     demos, clone_path = cartpole
     obs_space, space = tasks.spaces("CartPole-v1", {})
-    clone, normalizer, _ = policy.load_checkpoint(clone_path, obs_space, space)
+    clone, normalizer, _ = checkpoints.load_checkpoint(clone_path, obs_space, space)
     data = dataset.read(demos)
     obs = torch.as_tensor(normalizer(data.steps["observations"][:256]))
     actions = torch.as_tensor(data.steps["actions"][:256])
     nll = -clone.get_distribution(obs).log_prob(actions).mean()
-    loss = policy.guide_loss(clone, obs, policy.demo_targets(actions, space))
+    loss = guidance.guide_loss(clone, obs, guidance.demo_targets(actions, space))
     torch.testing.assert_close(loss, nll)
     # against its own probabilities the loss is the policy's entropy, its minimum over policies
-    own = policy.guide_loss(clone, obs, policy.action_targets(clone, obs).detach())
+    own = guidance.guide_loss(clone, obs, guidance.action_targets(clone, obs).detach())
     torch.testing.assert_close(own, clone.get_distribution(obs).entropy().mean())
 
 
@@ -643,12 +676,14 @@ def test_discrete_warm_start_acts_like_the_clone_and_kickstart_moves_towards_it(
     rows = rl.progress_table(tmp_path / "bc").dropna(subset=["train/guide_loss"])
     assert len(rows) and (rows["train/guide_loss"] > 0).all()  # the demo term ran, as an NLL
     assert bc_run.evaluations[0]["return_mean"] == 500.0  # the clone balances the pole
-    clone, normalizer, _ = policy.load_checkpoint(clone_path, *tasks.spaces("CartPole-v1", {}))
+    clone, normalizer, _ = checkpoints.load_checkpoint(clone_path, *tasks.spaces("CartPole-v1", {}))
     states = torch.as_tensor(normalizer(dataset.read(demos).steps["observations"]))
 
     def gap(module) -> float:  # cross-entropy to the clone's action probabilities
         with torch.no_grad():
-            return float(policy.guide_loss(module, states, policy.action_targets(clone, states)))
+            return float(
+                guidance.guide_loss(module, states, guidance.action_targets(clone, states))
+            )
 
     ppo = RL_CFG["ppo"] | {"batch_size": 64, "n_epochs": 10, "learning_rate": 1e-3}
     kicked = train_cartpole(cartpole, tmp_path / "kick", "kickstart", ppo=ppo)

@@ -16,12 +16,16 @@ from conftest import REPO, TEST_CONFIG, snakemake
 from rliable import metrics as rly
 
 from demo2rl import dataset, evaluation, groups, rollout, seeds, summary, tasks
+from demo2rl.config import TrackingConfig
 from demo2rl.envs import replay
 
 CONFIG = yaml.safe_load(TEST_CONFIG.read_text())
 EXP = CONFIG["experiment"]
 RACING_KW = {"max_steps": 60}
 TABLES = ("policies", "improvement", "runs", "episodes")
+
+BOOTSTRAP = {"reps": 2000, "confidence": 0.95, "seed": 0}
+"""Bootstrap settings of the tests that do not vary them."""
 
 
 def record(policy: str, returns, tracks=None, **metrics) -> dict:
@@ -60,9 +64,9 @@ def test_intervals_contain_the_estimates_and_are_reproducible():
         "rl_bc": rng.normal(55, 5, size=(3, 30)),
         "rl_scratch": rng.normal(30, 5, size=(3, 30)),
     }
-    a = summary.compare(scores, reps=2000, seed=3)
-    assert a == summary.compare(scores, reps=2000, seed=3)
-    assert a != summary.compare(scores, reps=2000, seed=4)
+    a = summary.compare(scores, reps=2000, seed=3, confidence=0.95)
+    assert a == summary.compare(scores, reps=2000, seed=3, confidence=0.95)
+    assert a != summary.compare(scores, reps=2000, seed=4, confidence=0.95)
     for g, st in a["groups"].items():
         assert st["n_runs"] == len(scores[g]) and st["n_tracks"] == 30
         assert st["iqm_ci"][0] <= st["iqm"] <= st["iqm_ci"][1]
@@ -77,20 +81,20 @@ def test_bootstrap_resamples_whole_runs_and_the_tracks():
     tracks = np.linspace(10, 20, 40)
     # three seeds that differ by a constant on every track: the spread is between runs only
     runs = tracks[None, :] + np.array([[-5.0], [0.0], [5.0]])
-    one = summary.compare({"rl_bc": runs[1:2]}, reps=2000)["groups"]["rl_bc"]
-    three = summary.compare({"rl_bc": runs}, reps=2000)["groups"]["rl_bc"]
+    one = summary.compare({"rl_bc": runs[1:2]}, **BOOTSTRAP)["groups"]["rl_bc"]
+    three = summary.compare({"rl_bc": runs}, **BOOTSTRAP)["groups"]["rl_bc"]
     # one run: only the tracks' spread; three: the seeds' spread widens the interval a lot (a
     # bootstrap that resampled runs per track independently would average it away)
     width = lambda st: st["mean_ci"][1] - st["mean_ci"][0]  # noqa: E731
     assert width(three) > 2.5 * width(one)
     assert three["mean_ci"][0] < 12 and three["mean_ci"][1] > 18
-    flat = summary.compare({"bc": np.full((1, 10), 7.0)}, reps=500)["groups"]["bc"]
+    flat = summary.compare({"bc": np.full((1, 10), 7.0)}, **BOOTSTRAP)["groups"]["bc"]
     assert flat["iqm_ci"] == [7.0, 7.0]
 
 
 def test_compare_rejects_matrices_on_different_tracks():
     with pytest.raises(ValueError, match="same tracks"):
-        summary.compare({"a": np.zeros((1, 5)), "b": np.zeros((2, 6))})
+        summary.compare({"a": np.zeros((1, 5)), "b": np.zeros((2, 6))}, **BOOTSTRAP)
 
 
 def test_curve_band_averages_runs_on_a_common_step_grid():
@@ -100,11 +104,13 @@ def test_curve_band_averages_runs_on_a_common_step_grid():
             (np.array([0, 20]), np.array([2.0, 4.0])),
         ],
         reps=500,
+        confidence=0.95,
+        seed=0,
     )
     assert band["step"].tolist() == [0, 10, 20]
     assert band["mean"].tolist() == pytest.approx([1.0, 2.0, 3.0])
     assert np.all(band["low"] <= band["mean"]) and np.all(band["mean"] <= band["high"])
-    single = summary.curve_band([(np.array([0, 5]), np.array([1.0, 3.0]))])
+    single = summary.curve_band([(np.array([0, 5]), np.array([1.0, 3.0]))], confidence=0.95, seed=0)
     assert single["low"].tolist() == single["mean"].tolist() == single["high"].tolist()
 
 
@@ -171,7 +177,7 @@ def test_summary_of_records_without_task_metrics():
         record("rl-scratch-seed0", [-10, 0, -5, 3]),
         record("rl-scratch-seed1", [20, 10, 15, 5]),
     ]
-    out = summary.summarize(records, reps=300)
+    out = summary.summarize(records, reps=300, confidence=0.95, seed=0)
     assert list(out["groups"]) == ["expert", "bc", "rl_bc", "rl_scratch"]
     assert set(out["metrics"]) == {"return", "length"}
     assert out["groups"]["rl_bc"]["policies"] == ["rl-bc-seed0", "rl-bc-seed1"]
@@ -189,12 +195,17 @@ def test_summary_of_records_without_task_metrics():
 
 def test_summary_refuses_records_on_different_tracks():
     with pytest.raises(ValueError, match="other tracks"):
-        summary.summarize([record("expert", [1, 2], [0, 1]), record("bc", [1, 2], [0, 2])])
+        summary.summarize(
+            [record("expert", [1, 2], [0, 1]), record("bc", [1, 2], [0, 2])],
+            confidence=0.95,
+            seed=0,
+            reps=2000,
+        )
 
 
 def test_lap_times_average_completed_laps_only():
     recs = [record("expert", [1, 2, 3], lap_time=[30.0, None, 32.0], lap_completed=[1, 0, 1])]
-    out = summary.summarize(recs, reps=100)
+    out = summary.summarize(recs, reps=100, confidence=0.95, seed=0)
     assert out["groups"]["expert"]["metrics"]["lap_time"] == pytest.approx(31.0)
     assert out["groups"]["expert"]["metrics"]["lap_completed"] == pytest.approx(2 / 3)
 
@@ -471,9 +482,16 @@ def test_summarize_stage_for_a_generic_task(
         "curves_png": str(out / "plots" / "learning_curves.png"),
         "returns_png": str(out / "plots" / "final_returns.png"),
     }
-    parent = tracking.start_workflow("generic-summary", {"seed": 0}, results_dir=tmp_path)
+    parent = tracking.start_workflow(
+        "generic-summary", {"seed": 0}, TrackingConfig(fail_on_error=False), results_dir=tmp_path
+    )
     with tracking.child_run(
-        "summarize", stage="summarize", rule="summarize", wildcards={}, params={}
+        "summarize",
+        stage="summarize",
+        rule="summarize",
+        wildcards={},
+        params={},
+        settings=TrackingConfig(fail_on_error=False),
     ) as run:
         result = summarize.summarize(
             evaluations=evals,
@@ -513,10 +531,15 @@ def test_summarize_stage_for_a_generic_task(
     assert "![Final returns](plots/final_returns.png)" in md
 
     with tracking.child_run(
-        "plot-summary", stage="plot", rule="plot_summary", wildcards={}, params={}
+        "plot-summary",
+        stage="plot",
+        rule="plot_summary",
+        wildcards={},
+        params={},
+        settings=TrackingConfig(fail_on_error=False),
     ) as run:
         plot_summary.plot_summary(summary_json=str(out / "summary.json"), run=run, **figures)
-    tracking.end_workflow(success=True)
+    tracking.end_workflow(success=True, settings=TrackingConfig(fail_on_error=False))
     assert sorted(p.name for p in (out / "plots").iterdir()) == [
         "final_returns.png",
         "learning_curves.png",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pkgutil
 import socket
 import subprocess
 import sys
@@ -20,7 +21,9 @@ from mlflow.tracking import MlflowClient
 from stable_baselines3 import PPO
 from stable_baselines3.common.logger import Logger
 
-from demo2rl import rl, tracking, tracking_settings
+from demo2rl import config, provenance, rl, stages, tracking
+from demo2rl.config import TrackingConfig
+from demo2rl.tracking import outbox
 
 # every variable demo2rl.tracking reads or writes: each test starts without them and leaves none
 ENV_KEYS = (
@@ -46,7 +49,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     root = tmp_path_factory.mktemp("store")
     with pytest.MonkeyPatch.context() as mp:
         isolated_env(mp)
-        parent = tracking.start_workflow("unit", {"experiment": "unit"}, results_dir=root)
+        parent = tracking.start_workflow("unit", {"experiment": "unit"}, LENIENT, results_dir=root)
         assert parent is not None
         yield root
 
@@ -67,8 +70,14 @@ def client() -> MlflowClient:
     return MlflowClient(tracking.tracking_uri())
 
 
-def job(name: str, stage: str = "test", **kwargs):
-    return tracking.child_run(name, stage=stage, rule=stage, wildcards={}, params={}, **kwargs)
+LENIENT = TrackingConfig(fail_on_error=False)
+"""The default ``tracking`` config: failures are buffered and retried, training goes on."""
+
+
+def job(name: str, stage: str = "test", settings: TrackingConfig = LENIENT, **kwargs):
+    return tracking.child_run(
+        name, stage=stage, rule=stage, wildcards={}, params={}, settings=settings, **kwargs
+    )
 
 
 def wait_for(condition, timeout: float = 10.0) -> None:
@@ -94,7 +103,8 @@ def test_sb3_logger_sends_one_log_batch_per_rollout(env: Path):
     n_steps, rollouts = 64, 4
     model = PPO("MlpPolicy", gym.make("Pendulum-v1"), n_steps=n_steps, batch_size=64, n_epochs=1)
     with job("sb3", stage="rl") as run:
-        model.set_logger(Logger(folder=None, output_formats=[rl.MetricsSink(run.log_metrics)]))
+        sink = rl.progress.MetricsSink(run.log_metrics)
+        model.set_logger(Logger(folder=None, output_formats=[sink]))
         model.learn(total_timesteps=rollouts * n_steps)
     assert run.calls["log_batch"] == rollouts  # the run has no params: nothing else is a batch
     history = client().get_metric_history(run.run_id, "time/total_timesteps")
@@ -127,6 +137,7 @@ def test_child_run_has_parent_tags_params_and_status(env: Path):
         rule="train_bc",
         wildcards={"seed": "2"},
         params={"bc": {"batch_size": 256, "lr": 0.001}},
+        settings=LENIENT,
     ) as run:
         run.log_metrics({"loss": 0.5}, step=1)
     got = client().get_run(run.run_id)
@@ -221,7 +232,7 @@ def test_unreachable_server_never_stops_the_job(
 ):
     isolated_env(monkeypatch)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{free_port()}")
-    monkeypatch.setattr(tracking, "FLUSH_GRACE_S", 2.0)
+    monkeypatch.setattr(outbox, "FLUSH_GRACE_S", 2.0)
     caplog.set_level(logging.INFO, logger="demo2rl.tracking")
     out = tmp_path / "policy.pt"
     start = time.perf_counter()
@@ -230,7 +241,7 @@ def test_unreachable_server_never_stops_the_job(
             run.log_metrics({"x": step}, step=step)
         out.write_bytes(b"trained")
         assert time.perf_counter() - start < 0.5, "a dead server must not stall the job"
-    assert time.perf_counter() - start < tracking.FLUSH_GRACE_S + 5
+    assert time.perf_counter() - start < outbox.FLUSH_GRACE_S + 5
     assert out.read_bytes() == b"trained"
     assert "training continues" in caplog.text and "giving up on" in caplog.text
     assert run.run_id is None and run.outbox.dropped == 22  # create, 20 metric rows, terminate
@@ -240,7 +251,7 @@ def test_unreachable_server_never_stops_the_job(
 def test_fail_on_error_makes_an_unreachable_server_fatal(monkeypatch: pytest.MonkeyPatch):
     isolated_env(monkeypatch)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{free_port()}")
-    strict = tracking.Settings(fail_on_error=True)
+    strict = TrackingConfig(fail_on_error=True)
     start = time.perf_counter()
     with pytest.raises(MlflowException), job("rl", settings=strict):
         pytest.fail("the job must not start when its tracking fails")
@@ -248,17 +259,24 @@ def test_fail_on_error_makes_an_unreachable_server_fatal(monkeypatch: pytest.Mon
 
 
 def test_settings_come_from_the_config():
-    assert tracking.settings({}) == tracking.Settings(fail_on_error=False)
-    assert tracking.settings({"tracking": {"fail_on_error": True}}).fail_on_error
-    assert tracking.Settings.of({"fail_on_error": True}) == tracking.Settings(True)
-    assert tracking.Settings.of(None) == tracking.Settings()
-    # its own module (no MLflow import when Snakemake parses the workflow), re-exported here
-    assert tracking.Settings is tracking_settings.Settings
+    assert TrackingConfig.of(config.load(None)["tracking"]) == LENIENT  # the schema's default
+    assert TrackingConfig.of({"fail_on_error": True}).fail_on_error
+
+
+def test_no_tracking_module_is_fingerprinted():
+    """Tracking cannot change a result: an edit to any module of the package reruns no job."""
+    package = [tracking.__name__]
+    package += [f"{tracking.__name__}.{m.name}" for m in pkgutil.iter_modules(tracking.__path__)]
+    assert set(package) <= provenance.RESULT_NEUTRAL
+    for stage in pkgutil.iter_modules(stages.__path__):
+        modules = provenance.code_modules(f"{stages.__name__}.{stage.name}")
+        assert not [m for m in modules if m.startswith(tracking.__name__)], stage.name
 
 
 def test_settings_are_importable_without_mlflow():
-    """Every Snakemake process builds the Settings while parsing the workflow: no MLflow import."""
-    code = "import sys, demo2rl.tracking_settings; print('mlflow' in sys.modules)"
+    """Every Snakemake process builds the tracking config while parsing the workflow: no MLflow
+    import."""
+    code = "import sys, demo2rl.config; print('mlflow' in sys.modules)"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == "False"
 
@@ -269,7 +287,9 @@ def test_settings_are_importable_without_mlflow():
 
 def start(experiment: str, store: Path) -> str:
     """A workflow start against the module's store, for ``experiment``; the parent run id."""
-    parent = tracking.start_workflow(experiment, {"experiment": experiment}, results_dir=store)
+    parent = tracking.start_workflow(
+        experiment, {"experiment": experiment}, LENIENT, results_dir=store
+    )
     assert parent is not None
     return parent
 
@@ -357,5 +377,5 @@ def test_experiment_deleted_while_jobs_run_is_restored_and_nothing_is_lost(
     assert [m.step for m in client().get_metric_history(late.run_id, "x")] == [0]
     assert caplog.text.count("was deleted; restored it") == 2
     assert f"MLflow run {running.run_id} (running) was deleted while its job ran" in caplog.text
-    tracking.end_workflow(True)
+    tracking.end_workflow(True, LENIENT)
     assert client().get_run(os.environ[tracking.PARENT_ENV]).info.status == "FINISHED"

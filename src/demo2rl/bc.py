@@ -21,17 +21,9 @@ Everything that decides the result is in this file:
   shuffle (one ``torch.Generator``) depend only on ``seed``, so on the CPU the same config, data,
   seed and thread count give bitwise identical weights.
 
-The ``bc`` config slice, with the defaults in :data:`BC_DEFAULTS`::
-
-    device          "auto" | "cpu" | "cuda" | "cuda:N"
-    batch_size      samples per gradient step
-    learning_rate   Adam step size
-    max_epochs      upper bound on passes over the training split
-    patience        epochs without a validation improvement before stopping
-    ent_coef        weight of the entropy bonus (>= 0)
-    l2_coef         weight of the actor's squared-weight penalty (>= 0)
-    memory_fraction share of the available RAM the in-memory path may use, else streaming
-    clip_obs        clip of normalised observations (as VecNormalize's clip_obs)
+The settings are the ``bc`` config section (:class:`demo2rl.config.BCConfig`; each key is
+documented in config/schema.yaml, with its default) and the network is ``policy``
+(:class:`demo2rl.config.PolicyConfig`).
 """
 
 from __future__ import annotations
@@ -45,7 +37,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,30 +48,12 @@ import torch
 from stable_baselines3.common.policies import ActorCriticPolicy
 
 from demo2rl import dataset
-from demo2rl.config import ConfigError
-from demo2rl.dataset import DatasetError, Demos
-from demo2rl.policy import (
-    ObsNormalizer,
-    build_policy,
-    resolve_device,
-    scale_actions,
-    space_from_description,
-    space_mismatch,
-)
+from demo2rl.config import BCConfig, PolicyConfig
+from demo2rl.dataset import DatasetError, Demos, space_from_description, space_mismatch
+from demo2rl.policy import ObsNormalizer, build_policy, resolve_device, scale_actions
 
 log = logging.getLogger(__name__)
 
-BC_DEFAULTS: dict[str, Any] = {
-    "device": "auto",
-    "batch_size": 256,
-    "learning_rate": 1e-3,
-    "max_epochs": 100,
-    "patience": 10,
-    "ent_coef": 0.0,
-    "l2_coef": 0.0,
-    "memory_fraction": 0.5,
-    "clip_obs": 10.0,
-}
 OBS_EPSILON = 1e-8
 """Epsilon of the observation normalisation (VecNormalize's default)."""
 EVAL_BATCH = 8192
@@ -116,8 +90,8 @@ def bc_loss(
     obs: torch.Tensor,
     actions: torch.Tensor,
     *,
-    ent_coef: float = 0.0,
-    l2_coef: float = 0.0,
+    ent_coef: float,
+    l2_coef: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """BC objective on a batch; returns (loss, mean NLL, mean entropy).
 
@@ -155,10 +129,10 @@ def _actor_weights(policy: ActorCriticPolicy) -> list[torch.Tensor]:
 def train_bc(
     demos: Demos | str | os.PathLike[str],
     *,
-    policy_cfg: Mapping[str, Any],
-    bc_cfg: Mapping[str, Any],
+    policy_cfg: PolicyConfig,
+    bc_cfg: BCConfig,
     seed: int,
-    threads: int = 1,
+    threads: int,
     on_epoch: Callable[[dict[str, float]], None] | None = None,
     env_id: str | None = None,
     observation_space: gym.Space | None = None,
@@ -169,23 +143,22 @@ def train_bc(
     ``on_epoch`` receives each epoch's record (as appended to ``history``). Passing the task's
     ``env_id`` and/or spaces checks the dataset against them first (:func:`check_dataset`).
     """
-    cfg = resolve_bc_cfg(bc_cfg)
-    device = resolve_device(cfg["device"])
+    device = resolve_device(bc_cfg.device)
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        with _open_data(demos) as data:
+        with _open_split_dataset(demos) as data:
             if env_id is not None or observation_space is not None or action_space is not None:
                 check_dataset(data.demos, observation_space, action_space, env_id, path=data.name)
-            return _train(data, policy_cfg, cfg, seed, device, threads, on_epoch)
+            return _train(data, policy_cfg, bc_cfg, seed, device, threads, on_epoch)
     finally:
         torch.set_num_threads(previous_threads)
 
 
 def _train(
-    data: _Data,
-    policy_cfg: Mapping[str, Any],
-    cfg: dict[str, Any],
+    data: _SplitDataset,
+    policy_cfg: PolicyConfig,
+    cfg: BCConfig,
     seed: int,
     device: torch.device,
     threads: int,
@@ -194,17 +167,17 @@ def _train(
     start_time = time.perf_counter()
     obs_space = space_from_description(data.demos.attrs["observation_space"])
     act_space = space_from_description(data.demos.attrs["action_space"])
-    normalizer = data.normalizer(cfg["clip_obs"])
+    normalizer = data.normalizer(cfg.clip_obs)
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         policy = build_policy(obs_space, act_space, policy_cfg)
     policy = policy.to(device)
-    optimizer = torch.optim.Adam(actor_parameters(policy), lr=cfg["learning_rate"])
+    optimizer = torch.optim.Adam(actor_parameters(policy), lr=cfg.learning_rate)
     generator = torch.Generator().manual_seed(seed)
 
     bytes_needed = data.bytes_needed()
-    budget = cfg["memory_fraction"] * available_memory()
+    budget = cfg.memory_fraction * available_memory()
     if bytes_needed <= budget:
         data_path = "memory"
         train = _MemoryLoader(*data.load(data.train_mask, normalizer, act_space), device)
@@ -215,7 +188,7 @@ def _train(
             "training split needs ~%.0f MiB, over memory_fraction=%g of the available RAM "
             "(%.0f MiB): streaming shuffled blocks of rows (HDF5 chunks) instead",
             bytes_needed / 2**20,
-            cfg["memory_fraction"],
+            cfg.memory_fraction,
             budget / 2**20,
         )
         workers = max(1, threads)
@@ -233,15 +206,15 @@ def _train(
 
     history: list[dict[str, float]] = []
     best = {"nll": math.inf, "epoch": 0, "state": _state_copy(policy)}
-    stop_reason = f"max_epochs reached ({cfg['max_epochs']})"
+    stop_reason = f"max_epochs reached ({cfg.max_epochs})"
     select_on = "valid_nll" if valid.n else "train_nll"
     if not valid.n:
         log.warning("empty validation split: early stopping on the training NLL")
-    for epoch in range(1, cfg["max_epochs"] + 1):
+    for epoch in range(1, cfg.max_epochs + 1):
         epoch_start = time.perf_counter()
-        batches = train.batches(cfg["batch_size"], generator)
+        batches = train.batches(cfg.batch_size, generator)
         train_nll, _ = train_epoch(
-            policy, optimizer, batches, ent_coef=cfg["ent_coef"], l2_coef=cfg["l2_coef"]
+            policy, optimizer, batches, ent_coef=cfg.ent_coef, l2_coef=cfg.l2_coef
         )
         train_seconds = time.perf_counter() - epoch_start
         valid_nll = evaluate_nll(policy, valid) if valid.n else math.nan
@@ -260,7 +233,7 @@ def _train(
         log.info(
             "epoch %d/%d train_nll %.4f valid_nll %.4f (best %.4f @ %d) %.0f samples/s %.2f s",
             epoch,
-            cfg["max_epochs"],
+            cfg.max_epochs,
             train_nll,
             valid_nll,
             best["nll"],
@@ -270,9 +243,9 @@ def _train(
         )
         if on_epoch is not None:
             on_epoch(dict(record))
-        if epoch - best["epoch"] >= cfg["patience"]:
+        if epoch - best["epoch"] >= cfg.patience:
             stop_reason = (
-                f"patience: no {select_on.split('_')[0]} improvement for {cfg['patience']} epochs"
+                f"patience: no {select_on.split('_')[0]} improvement for {cfg.patience} epochs"
             )
             break
     log.info(
@@ -307,8 +280,8 @@ def train_epoch(
     optimizer: torch.optim.Optimizer,
     batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
     *,
-    ent_coef: float = 0.0,
-    l2_coef: float = 0.0,
+    ent_coef: float,
+    l2_coef: float,
 ) -> tuple[float, int]:
     """One pass of Adam steps on :func:`bc_loss` over ``batches``; returns (mean NLL, samples)."""
     policy.train()
@@ -332,24 +305,6 @@ def evaluate_nll(policy: ActorCriticPolicy, loader: _MemoryLoader | _StreamLoade
             total += -policy.get_distribution(obs).log_prob(actions).double().sum()
     policy.train()
     return float(total) / loader.n
-
-
-def resolve_bc_cfg(bc_cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``bc`` config with defaults filled in; ConfigError names a bad key."""
-    unknown = set(bc_cfg) - set(BC_DEFAULTS)
-    if unknown:
-        raise ConfigError(f"bc.{sorted(unknown)[0]}", f"unknown key (known: {sorted(BC_DEFAULTS)})")
-    cfg = BC_DEFAULTS | dict(bc_cfg)
-    for key in ("batch_size", "max_epochs", "patience"):
-        if not isinstance(cfg[key], int) or cfg[key] < 1:
-            raise ConfigError(f"bc.{key}", f"must be a positive integer, got {cfg[key]!r}")
-    for key in ("learning_rate", "memory_fraction", "clip_obs"):
-        if not cfg[key] > 0:
-            raise ConfigError(f"bc.{key}", f"must be positive, got {cfg[key]!r}")
-    for key in ("ent_coef", "l2_coef"):
-        if not cfg[key] >= 0:
-            raise ConfigError(f"bc.{key}", f"must be >= 0, got {cfg[key]!r}")
-    return cfg
 
 
 def check_dataset(
@@ -395,8 +350,9 @@ def _state_copy(policy: ActorCriticPolicy) -> dict[str, torch.Tensor]:
 
 
 @dataclasses.dataclass
-class _Data:
-    """A dataset's tables in memory and its step columns (numpy arrays or open h5py datasets)."""
+class _SplitDataset:
+    """A dataset with its train/valid split as step-row masks: its tables in memory and its step
+    columns (numpy arrays or open h5py datasets)."""
 
     name: str
     demos: Demos  # steps hold the observation/action columns, maybe as h5py datasets
@@ -448,10 +404,10 @@ class _Data:
 
 
 @contextlib.contextmanager
-def _open_data(demos: Demos | str | os.PathLike[str]) -> Iterator[_Data]:
+def _open_split_dataset(demos: Demos | str | os.PathLike[str]) -> Iterator[_SplitDataset]:
     """The dataset with its split as row masks; a path is opened lazily (tables only)."""
     if isinstance(demos, Demos):
-        yield _make_data("<in-memory dataset>", demos)
+        yield _split_dataset("<in-memory dataset>", demos)
         return
     path = Path(demos)
     if not path.is_file():
@@ -474,10 +430,12 @@ def _open_data(demos: Demos | str | os.PathLike[str]) -> Iterator[_Data]:
             stats = {k: v[()] for k, v in f["stats"].items()} if "stats" in f else None
         except KeyError as err:
             raise DatasetError(path, f"incomplete dataset ({err})") from err
-        yield _make_data(str(path), Demos(steps, episodes, {}, attrs, split, stats))
+        yield _split_dataset(str(path), Demos(steps, episodes, {}, attrs, split, stats))
 
 
-def _make_data(name: str, demos: Demos) -> _Data:
+def _split_dataset(name: str, demos: Demos) -> _SplitDataset:
+    """``demos`` (called ``name`` in errors) with its split as row masks, once the split is
+    checked: present, covering the steps, with a non-empty training part."""
     if demos.split is None:
         raise DatasetError(name, "has no train/valid split (a shard, not a merged dataset)")
     n_rows = len(demos.steps["observations"])
@@ -489,7 +447,7 @@ def _make_data(name: str, demos: Demos) -> _Data:
         masks[part][demos.step_rows(np.asarray(demos.split[part], dtype=np.int64))] = True
     if not masks["train"].any():
         raise DatasetError(name, "the training split is empty")
-    return _Data(name, demos, masks["train"], masks["valid"])
+    return _SplitDataset(name, demos, masks["train"], masks["valid"])
 
 
 def _decode(value: Any) -> Any:
@@ -554,7 +512,7 @@ class _StreamLoader:
 
     def __init__(
         self,
-        data: _Data,
+        data: _SplitDataset,
         mask: np.ndarray,
         normalizer: ObsNormalizer,
         act_space: gym.Space,

@@ -81,8 +81,9 @@ def collect_shard(
     return dataset.Demos(steps, table, info, attrs)
 
 
-def summary(demos: dataset.Demos) -> dict[str, float]:
-    """Headline numbers of a dataset: size, the expert's return, and collection speed."""
+def dataset_metrics(demos: dataset.Demos) -> dict[str, float]:
+    """Headline numbers of a dataset, logged by the collect and merge jobs: its size, the
+    expert's return, and the collection speed (when the dataset records its collection time)."""
     returns = demos.episodes["return"]
     out = {
         "episodes": float(demos.n_episodes),

@@ -1,11 +1,39 @@
-"""Checks of a workflow config beyond its JSON schema, each naming the offending key."""
+"""The workflow config: one source of defaults, typed sections, and checks that name the key.
+
+* **Defaults** live in config/schema.yaml and nowhere else. Snakemake fills them in when the
+  Snakefile validates its config; :func:`load` does the same for code outside the workflow
+  (tests, benchmarks). config/config.yaml repeats them as documentation, and a test checks that
+  the two agree.
+* **Typed sections.** A rule passes its job the slice of the config the job reads, as plain
+  params (what Snakemake compares to decide a rerun); the stage module turns each slice into the
+  frozen dataclass below (:meth:`Section.of`) and the library only ever sees those. A key the
+  dataclass does not know, or a missing one, is a :class:`ConfigError` naming it.
+* Keys that shape the set of jobs or only set their speed (``experiment``, ``rl.seeds``,
+  ``rl.inits``, ``rl.checkpoint_every``, ``collect.*``, ``evaluate.*``) are read by the rules in
+  rules/*.smk and reach a job as plain numbers (or as a resource), one argument each.
+* :func:`check` holds the cross-key checks a JSON schema cannot say.
+
+Adding a hyperparameter: its schema entry (type, default, ``x-read-by``), its field here, the
+code that uses it, and its line in config/config.yaml.
+"""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import os
+import types
+import typing
 from collections.abc import Mapping
-from typing import Any
+from pathlib import Path
+from typing import Any, Self
+
+import yaml
 
 from demo2rl import seeds, tasks
+
+SCHEMA = Path(__file__).resolve().parents[2] / "config" / "schema.yaml"
+"""The config's JSON schema, with every default (the repository's config/schema.yaml)."""
 
 
 class ConfigError(ValueError):
@@ -14,6 +42,21 @@ class ConfigError(ValueError):
     def __init__(self, key: str, problem: str) -> None:
         super().__init__(f"config key {key!r}: {problem}")
         self.key = key
+
+
+def load(source: str | os.PathLike[str] | Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A config (a YAML file, a mapping, or None for the defaults alone) validated against the
+    schema with every default filled in: what the Snakefile's ``validate`` makes of it."""
+    from snakemake.utils import validate  # (slow to import; only callers outside a workflow)
+
+    if source is None:
+        config: dict[str, Any] = {}
+    elif isinstance(source, Mapping):
+        config = copy.deepcopy(dict(source))
+    else:
+        config = yaml.safe_load(Path(source).read_text()) or {}
+    validate(config, str(SCHEMA), set_default=True)
+    return config
 
 
 def canonical(value: Any) -> Any:
@@ -27,6 +70,217 @@ def canonical(value: Any) -> Any:
     if isinstance(value, list):
         return [canonical(v) for v in value]
     return value
+
+
+# --------------------------------------------------------------------------------------------
+# typed sections
+
+
+class Section:
+    """A frozen config section; :meth:`of` builds it from its (schema-validated) mapping."""
+
+    PATH: typing.ClassVar[str] = ""
+    """The section's place in the config, for error messages (``rl.ppo``)."""
+
+    @classmethod
+    def of(cls, mapping: Mapping[str, Any] | Self) -> Self:
+        """The section from a mapping with exactly its keys; a nested section may be missing
+        where its field allows None (the arm sections a run of another arm is not given)."""
+        if isinstance(mapping, cls):
+            return mapping
+        if not isinstance(mapping, Mapping):
+            raise ConfigError(cls.PATH, f"expected a mapping, got {mapping!r}")
+        hints = typing.get_type_hints(cls)
+        fields = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+        unknown = sorted(set(mapping) - set(fields))
+        if unknown:
+            raise ConfigError(
+                f"{cls.PATH}.{unknown[0]}", f"unknown key (known: {', '.join(fields)})"
+            )
+        values = {}
+        for name in fields:
+            kind, optional = _unwrap(hints[name])
+            if name not in mapping:
+                if not optional:
+                    raise ConfigError(
+                        f"{cls.PATH}.{name}",
+                        "missing (run the config through demo2rl.config.load, which fills in "
+                        "the schema's defaults)",
+                    )
+                values[name] = None
+                continue
+            value = mapping[name]
+            if value is not None and isinstance(kind, type) and issubclass(kind, Section):
+                value = kind.of(value)
+            elif kind is float and isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)
+            values[name] = copy.deepcopy(value)
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The section as plain JSON-able values (for run keys and checkpoints)."""
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+
+def _unwrap(hint: Any) -> tuple[Any, bool]:
+    """(the type, whether None is allowed) of a field's annotation."""
+    args = typing.get_args(hint)
+    if isinstance(hint, types.UnionType) and type(None) in args:
+        rest = [a for a in args if a is not type(None)]
+        return (rest[0] if len(rest) == 1 else hint), True
+    return hint, False
+
+
+@dataclasses.dataclass(frozen=True)
+class ExpertConfig(Section):
+    """``task.expert``: a batched callable, observations (B, ...) in, actions (B, ...) out."""
+
+    PATH = "task.expert"
+    entry_point: str
+    kwargs: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskConfig(Section):
+    """``task``: the gymnasium env and its expert (None for the stages that only step the env,
+    whose rules pass the task without it)."""
+
+    PATH = "task"
+    env_id: str
+    env_kwargs: dict[str, Any]
+    expert: ExpertConfig | None
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicyConfig(Section):
+    """``policy``: the actor-critic network shared by BC and PPO.
+
+    ``net_arch`` is always in ``{"pi": [...], "vf": [...]}`` form here (a single list in the
+    config means the same layers for both).
+    """
+
+    PATH = "policy"
+    net_arch: dict[str, list[int]]
+    activation: str
+    log_std_init: float
+    ortho_init: bool
+
+    @classmethod
+    def of(cls, mapping: Mapping[str, Any] | Self) -> Self:
+        if isinstance(mapping, Mapping) and isinstance(mapping.get("net_arch"), (list, tuple)):
+            layers = [int(n) for n in mapping["net_arch"]]
+            mapping = {**mapping, "net_arch": {"pi": layers, "vf": list(layers)}}
+        return super().of(mapping)
+
+
+@dataclasses.dataclass(frozen=True)
+class BCConfig(Section):
+    """``bc``: behaviour cloning (see :mod:`demo2rl.bc`)."""
+
+    PATH = "bc"
+    device: str
+    batch_size: int
+    learning_rate: float
+    max_epochs: int
+    patience: int
+    ent_coef: float
+    l2_coef: float
+    memory_fraction: float
+    clip_obs: float
+
+
+@dataclasses.dataclass(frozen=True)
+class PPOConfig(Section):
+    """``rl.ppo``: stable-baselines3 PPO's keyword arguments, by their SB3 names."""
+
+    PATH = "rl.ppo"
+    n_steps: int
+    batch_size: int
+    n_epochs: int
+    learning_rate: float
+    gamma: float
+    gae_lambda: float
+    clip_range: float
+    ent_coef: float
+    vf_coef: float
+    max_grad_norm: float
+    target_kl: float | None
+    normalize_advantage: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class WarmStartConfig(Section):
+    """``rl.warm_start``: how the bc arm starts from the clone."""
+
+    PATH = "rl.warm_start"
+    critic_warmup_steps: int
+    log_std: float | None
+    bc_coef: float
+    bc_decay: float
+
+
+@dataclasses.dataclass(frozen=True)
+class ResidualConfig(Section):
+    """``rl.residual``: the residual arm's correction."""
+
+    PATH = "rl.residual"
+    log_std: float | None
+
+
+@dataclasses.dataclass(frozen=True)
+class KickstartConfig(Section):
+    """``rl.kickstart``: the kickstart arm's fading distillation toward the clone."""
+
+    PATH = "rl.kickstart"
+    coef: float
+    decay: float
+
+
+@dataclasses.dataclass(frozen=True)
+class RLConfig(Section):
+    """``rl`` as one run reads it: rules/rl.smk gives a run its arm's own section only (None
+    for the others), and neither the seed and arm lists nor ``checkpoint_every`` (a speed
+    setting, passed as a resource)."""
+
+    PATH = "rl"
+    total_timesteps: int
+    n_envs: int
+    vec_env: str
+    device: str
+    eval_every: int
+    ppo: PPOConfig
+    warm_start: WarmStartConfig | None
+    residual: ResidualConfig | None
+    kickstart: KickstartConfig | None
+
+
+@dataclasses.dataclass(frozen=True)
+class TrackingConfig(Section):
+    """``tracking``: how MLflow tracking failures are treated.
+
+    A rule passes it as this dataclass, not as a mapping, on purpose: Snakemake leaves param
+    values of other types out of its params rerun trigger, and ``fail_on_error`` cannot change a
+    result, so switching it must rerun nothing (tests/test_rerun_matrix.py checks that).
+    """
+
+    PATH = "tracking"
+    fail_on_error: bool
+
+
+SECTIONS: dict[str, type[Section]] = {
+    "task": TaskConfig,
+    "policy": PolicyConfig,
+    "bc": BCConfig,
+    "rl": RLConfig,
+    "tracking": TrackingConfig,
+}
+"""The sections the library reads as dataclasses (the others reach jobs as plain numbers)."""
+RULE_ONLY_KEYS = ("rl.seeds", "rl.inits", "rl.checkpoint_every")
+"""Keys of those sections that the rules read and no dataclass holds."""
+
+
+# --------------------------------------------------------------------------------------------
+# checks beyond the schema
 
 
 def check(config: Mapping[str, Any]) -> None:
@@ -48,3 +302,6 @@ def check(config: Mapping[str, Any]) -> None:
         )
     if collect["n_episodes"] > seeds.BLOCK:
         raise ConfigError("collect.n_episodes", f"at most {seeds.BLOCK} episodes")
+    for name, section in SECTIONS.items():
+        rule_only = {k.partition(".")[2] for k in RULE_ONLY_KEYS if k.startswith(f"{name}.")}
+        section.of({k: v for k, v in config[name].items() if k not in rule_only})

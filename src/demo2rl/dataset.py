@@ -33,7 +33,7 @@ import json
 import math
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +120,33 @@ def describe_space(space: gym.Space) -> dict[str, Any]:
     if isinstance(space, gym.spaces.Discrete):
         return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
     raise TypeError(f"unsupported space for demonstrations: {space}")
+
+
+def space_from_description(desc: Mapping[str, Any]) -> gym.Space:
+    """The gymnasium space a :func:`describe_space` description describes (a dataset's or a
+    checkpoint's record of the task's spaces)."""
+    if desc.get("type") == "Box":
+        dtype = np.dtype(desc["dtype"])
+        low = np.asarray(desc["low"], dtype=dtype).reshape(desc["shape"])
+        high = np.asarray(desc["high"], dtype=dtype).reshape(desc["shape"])
+        return gym.spaces.Box(low, high, tuple(desc["shape"]), dtype)
+    if desc.get("type") == "Discrete":
+        return gym.spaces.Discrete(int(desc["n"]), start=int(desc.get("start", 0)))
+    raise ValueError(f"unsupported space description: {desc}")
+
+
+def space_mismatch(name: str, expected: Mapping[str, Any], actual: Mapping[str, Any]) -> str | None:
+    """How two :func:`describe_space` descriptions differ, e.g. ``"observation_space shape (39,) vs
+    (2,)"`` (``expected`` first), or None when they are equal."""
+    if expected == actual:
+        return None
+    for key in ("type", "shape", "n", "dtype", "start", "low", "high"):
+        a, b = expected.get(key), actual.get(key)
+        if a != b:
+            if key == "shape":
+                a, b = tuple(a or ()), tuple(b or ())
+            return f"{name} {key} {a} vs {b}"
+    return f"{name} {dict(expected)} vs {dict(actual)}"
 
 
 def episode_attrs(

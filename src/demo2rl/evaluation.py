@@ -1,4 +1,9 @@
-"""Evaluating policies on held-out episodes (seeds no stage trained on)."""
+"""Evaluating policies on held-out episodes (seeds no stage trained on).
+
+The quick checks during training (:func:`evaluate`) and the evaluate stage's final record
+(:func:`final_evaluation`) return the same :class:`Evaluation`; the final one adds what costs
+extra to collect.
+"""
 
 from __future__ import annotations
 
@@ -25,69 +30,77 @@ def heldout_seeds(base_seed: int, n_episodes: int) -> list[int]:
     return [seeds.eval_seed(base_seed, e) for e in range(n_episodes)]
 
 
+@dataclasses.dataclass
+class Evaluation:
+    """A policy's held-out evaluation: :func:`evaluate` (quick, the checks during training) and
+    :func:`final_evaluation` (the evaluate stage's record) both return one."""
+
+    episodes: dict[str, np.ndarray]
+    """Per episode: ``seed``, ``return``, ``length`` and those of the task's
+    :data:`TASK_METRICS` whose sources were recorded (with a lap time, ``lap_completed``: 1.0 or
+    0.0, whether the episode finished a lap)."""
+    info: dict[str, np.ndarray]
+    """Per episode: every numeric info value at the end (``<key>``) and, in a final evaluation,
+    its step mean (``<key>.mean``)."""
+    first_actions: np.ndarray | None = None
+    """The actions of the first episode, in order (:func:`replay_racing` drives it again); a
+    final evaluation's only."""
+
+    def means(self) -> dict[str, float]:
+        """The mean over episodes of every column of :attr:`episodes` but ``seed``
+        (``<name>_mean``, NaN-aware, NaN when no episode has a finite value) and the return's std
+        (``return_std``): the evaluate stage's summary of a policy."""
+        return _means(self.episodes)
+
+    def info_means(self) -> dict[str, float]:
+        """``return_mean``, ``return_std``, ``length_mean`` and the mean of every value in
+        :attr:`info` under its own name (``<key>_mean``, NaN-aware, as :meth:`means`): the
+        metrics of the held-out checks during training (RL's ``evaluations.csv``), named by the
+        task's info keys rather than by :data:`TASK_METRICS`."""
+        table = {k: self.episodes[k] for k in ("seed", "return", "length")}
+        return _means(table | {f"info.{k}": v for k, v in self.info.items()})
+
+
 def evaluate(
     env_id: str,
     env_kwargs: Mapping[str, Any],
-    policy: tasks.Expert,
-    episode_seeds: list[int],
+    policy: tasks.PolicyFn,
+    episode_seeds: Sequence[int],
     *,
-    n_envs: int = 16,
-) -> dict[str, np.ndarray]:
-    """Per-episode ``return`` and ``length`` (plus the task's end-of-episode info values)."""
+    n_envs: int,
+) -> Evaluation:
+    """Run one episode per held-out seed, for a check during training: the per-episode metrics
+    and the info values at the end, without what costs extra (step means, actions)."""
     _, episodes, info = rollout.run_episodes(
-        env_id, env_kwargs, policy, episode_seeds, n_envs=n_envs
+        env_id, env_kwargs, policy, list(episode_seeds), n_envs=n_envs
     )
-    return {
-        "seed": episodes["seed"],
-        "return": episodes["return"],
-        "length": episodes["length"],
-    } | {f"info.{k}": v for k, v in info.items()}
-
-
-def summary(result: Mapping[str, np.ndarray]) -> dict[str, float]:
-    """Means over episodes (NaN-aware for info values such as lap time), plus the return's std."""
-    out = {
-        "return_mean": float(np.mean(result["return"])),
-        "return_std": float(np.std(result["return"])),
-    }
-    for key, values in result.items():
-        if key not in ("seed", "return"):
-            values = np.asarray(values, dtype=np.float64)
-            name = key.removeprefix("info.")
-            out[f"{name}_mean"] = (
-                float(np.nanmean(values)) if np.isfinite(values).any() else float("nan")
-            )
-    return out
-
-
-@dataclasses.dataclass
-class Evaluation:
-    """A policy's final held-out evaluation."""
-
-    episodes: dict[str, np.ndarray]
-    """Per episode: ``seed``, ``return``, ``length`` and the task's :data:`TASK_METRICS`."""
-    info: dict[str, np.ndarray]
-    """Per episode: every numeric info value at the end (``<key>``) and its step mean
-    (``<key>.mean``)."""
-    first_actions: np.ndarray
-    """The actions of the first episode, in order: :func:`replay_racing` drives it again."""
+    return _evaluation(episodes, info)
 
 
 def final_evaluation(
     env_id: str,
     env_kwargs: Mapping[str, Any],
-    policy: tasks.Expert,
+    policy: tasks.PolicyFn,
     episode_seeds: Sequence[int],
     *,
     n_envs: int,
 ) -> Evaluation:
-    """Run one episode per held-out seed; named per-episode metrics and the raw info values.
-
-    With a lap time, ``lap_completed`` (1.0 or 0.0) says whether the episode finished a lap.
-    """
+    """Run one episode per held-out seed, for the evaluate stage's record: :func:`evaluate`'s
+    metrics plus the info values' step means (and the metrics made of them, e.g. ``avg_speed``)
+    and the first episode's actions."""
     steps, episodes, info = rollout.run_episodes(
         env_id, env_kwargs, policy, list(episode_seeds), n_envs=n_envs, step_means=True
     )
+    start, length = int(episodes["start"][0]), int(episodes["length"][0])
+    return _evaluation(episodes, info, np.asarray(steps["actions"][start : start + length]))
+
+
+def _evaluation(
+    episodes: Mapping[str, np.ndarray],
+    info: Mapping[str, np.ndarray],
+    first_actions: np.ndarray | None = None,
+) -> Evaluation:
+    """The :class:`Evaluation` of :func:`demo2rl.rollout.run_episodes`' episodes and info."""
     raw = {f"info.{k}": np.asarray(v, dtype=np.float64) for k, v in info.items()}
     named = {
         "seed": episodes["seed"],
@@ -96,9 +109,25 @@ def final_evaluation(
     } | {name: raw[src] for name, src in TASK_METRICS.items() if src in raw}
     if "lap_time" in named:
         named["lap_completed"] = np.isfinite(named["lap_time"]).astype(np.float64)
-    start, length = int(episodes["start"][0]), int(episodes["length"][0])
     return Evaluation(
         episodes=named,
         info={k.removeprefix("info."): v for k, v in raw.items()},
-        first_actions=np.asarray(steps["actions"][start : start + length]),
+        first_actions=first_actions,
     )
+
+
+def _means(table: Mapping[str, np.ndarray]) -> dict[str, float]:
+    """Means over episodes (NaN-aware for values such as lap time), plus the return's std; an
+    ``info.`` prefix is dropped from the names."""
+    out = {
+        "return_mean": float(np.mean(table["return"])),
+        "return_std": float(np.std(table["return"])),
+    }
+    for key, values in table.items():
+        if key not in ("seed", "return"):
+            values = np.asarray(values, dtype=np.float64)
+            name = key.removeprefix("info.")
+            out[f"{name}_mean"] = (
+                float(np.nanmean(values)) if np.isfinite(values).any() else float("nan")
+            )
+    return out

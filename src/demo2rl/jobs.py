@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from demo2rl import provenance, tracking
+from demo2rl.config import TrackingConfig
 
 log = logging.getLogger("demo2rl")
 
@@ -44,7 +45,7 @@ def job(smk: Any, *, stage: str, run_name: str) -> Iterator[tracking.Run]:
     """
     setup_logging(smk.log[0] if len(smk.log) else None)
     wildcards = dict(smk.wildcards.items())
-    settings = tracking.Settings.of(smk.params.get("tracking"))
+    settings = TrackingConfig.of(smk.params.tracking)
     params = {k: v for k, v in smk.params.items() if k != "tracking"}
     log.info("rule %s %s, threads=%s", smk.rule, wildcards, smk.threads)
     log.info("versions %s, code %s", provenance.versions(), provenance.code_revision())

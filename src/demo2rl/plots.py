@@ -57,7 +57,7 @@ def learning_curves(
     path: str | os.PathLike[str],
     *,
     colors: Mapping[str, str] | None = None,
-    confidence: float = 0.95,
+    confidence: float,
     title: str = "Learning curves on held-out episodes",
 ) -> None:
     """Mean return against env steps with a confidence band per curve, reference levels as lines.
@@ -93,7 +93,7 @@ def final_returns(
     path: str | os.PathLike[str],
     *,
     colors: Mapping[str, str] | None = None,
-    confidence: float = 0.95,
+    confidence: float,
 ) -> None:
     """rliable-style interval estimates: IQM with its interval per policy, and P(X > Y).
 

@@ -1,8 +1,9 @@
-"""The policy shared by behaviour cloning, PPO and evaluation, and its checkpoint.
+"""The policy network shared by behaviour cloning, PPO and evaluation, and the transforms around it.
 
 One network for every stage: :func:`build_policy` returns exactly the ``ActorCriticPolicy`` that
 ``PPO("MlpPolicy", env, policy_kwargs=sb3_policy_kwargs(cfg))`` builds, so a BC checkpoint's
-``state_dict`` loads strictly into ``model.policy``. Around the network sit two fixed transforms:
+``state_dict`` loads strictly into ``model.policy``. Around the network sit two fixed transforms,
+kept here with it because training (BC, PPO) and acting must apply the same ones:
 
 * **Observation normalisation** (:class:`ObsNormalizer`): ``clip((obs - mean) / sqrt(var + eps))``
   in float64, then cast to float32 -- the formula and dtypes of SB3's ``VecNormalize``. The RL
@@ -10,29 +11,25 @@ One network for every stage: :func:`build_policy` returns exactly the ``ActorCri
   clip_obs=n.clip_obs, epsilon=n.epsilon)`` and calls ``n.apply_to(vec_normalize)``, so PPO sees
   the inputs BC trained on.
 * **Action scaling**: for a bounded ``Box`` action space whose bounds are not ``[-1, 1]``
-  (:func:`needs_rescale`), the policy acts in ``[-1, 1]`` (:func:`policy_action_space`); the RL
+  (:func:`needs_rescale`), the network acts in ``[-1, 1]`` (:func:`policy_action_space`); the RL
   stage wraps the env in ``gymnasium.wrappers.RescaleAction(env, -1, 1)``, BC maps the expert's
-  actions with :func:`scale_actions` (the exact inverse of that wrapper), and :func:`make_actor`
-  maps the policy's actions back for an unwrapped env. Other spaces are used as they are.
+  actions with :func:`scale_actions` (the exact inverse of that wrapper), and
+  :func:`demo2rl.acting.make_actor` maps the network's actions back for an unwrapped env. Other
+  spaces are used as they are.
 
-The ``policy`` config slice (shared by BC and PPO)::
-
-    {"net_arch": {"pi": [64, 64], "vf": [64, 64]},  # or one list for both
-     "activation": "tanh",       # tanh | relu | elu | gelu | silu | leaky_relu
-     "log_std_init": 0.0,        # initial log standard deviation of the Gaussian
-     "ortho_init": true}         # SB3's orthogonal initialisation
+The network is the ``policy`` config section (:class:`demo2rl.config.PolicyConfig`: hidden
+layers, activation, initial log-std, orthogonal initialisation), shared by BC and PPO.
 
 Build the policy from the env's own spaces (``observation_space`` before ``VecNormalize``,
-``action_space`` before ``RescaleAction``); checkpoints record those spaces.
+``action_space`` before ``RescaleAction``); checkpoints record those spaces. Elsewhere: saving and
+loading the network (:mod:`demo2rl.checkpoints`), acting with it in an env
+(:mod:`demo2rl.acting`), the guide terms of the demo-guided RL arms (:mod:`demo2rl.guidance`).
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import os
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -44,13 +41,8 @@ from stable_baselines3.common.preprocessing import get_action_dim
 from stable_baselines3.common.utils import ConstantSchedule
 from torch import nn
 
-from demo2rl import provenance
-from demo2rl.config import ConfigError
-from demo2rl.dataset import describe_space
-from demo2rl.io import atomic_path
+from demo2rl.config import ConfigError, PolicyConfig
 
-CHECKPOINT_FORMAT = "demo2rl-policy"
-CHECKPOINT_VERSION = 1
 ACTIVATIONS: dict[str, type[nn.Module]] = {
     "tanh": nn.Tanh,
     "relu": nn.ReLU,
@@ -59,75 +51,29 @@ ACTIVATIONS: dict[str, type[nn.Module]] = {
     "silu": nn.SiLU,
     "leaky_relu": nn.LeakyReLU,
 }
-POLICY_DEFAULTS: dict[str, Any] = {
-    "net_arch": {"pi": [64, 64], "vf": [64, 64]},
-    "activation": "tanh",
-    "log_std_init": 0.0,
-    "ortho_init": True,
-}
-CHECKPOINT_KEYS = (
-    "state_dict",
-    "policy_cfg",
-    "observation_space",
-    "action_space",
-    "normalizer",
-    "meta",
-)
-ARCHITECTURE_KEYS = ("net_arch", "activation")
-"""Config keys that define the network's function (init-only keys do not matter once loaded)."""
-ACT_BLOCK = 64
-"""Rows per policy forward pass when acting (see :func:`make_actor`)."""
-
-
-class CheckpointError(ValueError):
-    """A policy checkpoint that is missing, corrupt, or does not fit the config or the task."""
-
-    def __init__(self, path: str | os.PathLike[str], problem: str) -> None:
-        super().__init__(f"{path}: {problem}")
-        self.path = Path(path)
-        self.problem = problem
 
 
 # --------------------------------------------------------------------------------------------
-# configuration and construction
+# configuration
 
 
-def normalise_policy_cfg(policy_cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """The policy config with defaults filled in and ``net_arch`` in ``{"pi", "vf"}`` form."""
-    unknown = set(policy_cfg) - set(POLICY_DEFAULTS)
-    if unknown:
-        key = sorted(unknown)[0]
-        raise ConfigError(f"policy.{key}", f"unknown key (known: {sorted(POLICY_DEFAULTS)})")
-    cfg = copy.deepcopy(POLICY_DEFAULTS) | copy.deepcopy(dict(policy_cfg))
-    arch = cfg["net_arch"]
-    if isinstance(arch, (list, tuple)):
-        arch = {"pi": list(arch), "vf": list(arch)}
-    if not isinstance(arch, Mapping) or set(arch) != {"pi", "vf"}:
-        raise ConfigError("policy.net_arch", f"expected a list or {{pi: [...], vf: [...]}}: {arch}")
-    for part in ("pi", "vf"):
-        sizes = arch[part]
-        if not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in sizes):
-            raise ConfigError(f"policy.net_arch.{part}", f"layer sizes must be positive: {sizes}")
-    cfg["net_arch"] = {"pi": [int(n) for n in arch["pi"]], "vf": [int(n) for n in arch["vf"]]}
-    if cfg["activation"] not in ACTIVATIONS:
+def sb3_policy_kwargs(policy_cfg: PolicyConfig) -> dict[str, Any]:
+    """SB3 ``policy_kwargs`` for ``PPO("MlpPolicy", ...)`` from the ``policy`` config."""
+    if policy_cfg.activation not in ACTIVATIONS:
         raise ConfigError(
             "policy.activation",
-            f"unknown activation {cfg['activation']!r} (choose from {sorted(ACTIVATIONS)})",
+            f"unknown activation {policy_cfg.activation!r} (choose from {sorted(ACTIVATIONS)})",
         )
-    cfg["log_std_init"] = float(cfg["log_std_init"])
-    cfg["ortho_init"] = bool(cfg["ortho_init"])
-    return cfg
-
-
-def sb3_policy_kwargs(policy_cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """SB3 ``policy_kwargs`` for ``PPO("MlpPolicy", ...)`` from the ``policy`` config slice."""
-    cfg = normalise_policy_cfg(policy_cfg)
     return {
-        "net_arch": dict(pi=list(cfg["net_arch"]["pi"]), vf=list(cfg["net_arch"]["vf"])),
-        "activation_fn": ACTIVATIONS[cfg["activation"]],
-        "log_std_init": cfg["log_std_init"],
-        "ortho_init": cfg["ortho_init"],
+        "net_arch": {"pi": list(policy_cfg.net_arch["pi"]), "vf": list(policy_cfg.net_arch["vf"])},
+        "activation_fn": ACTIVATIONS[policy_cfg.activation],
+        "log_std_init": policy_cfg.log_std_init,
+        "ortho_init": policy_cfg.ortho_init,
     }
+
+
+# --------------------------------------------------------------------------------------------
+# the action space the network acts in
 
 
 def needs_rescale(action_space: gym.Space) -> bool:
@@ -148,11 +94,14 @@ def policy_action_space(action_space: gym.Space) -> gym.Space:
     return action_space
 
 
-def _rescale_fns(space: gym.spaces.Box) -> tuple[Callable, Callable]:
-    """(env -> [-1, 1], [-1, 1] -> env), gymnasium's own ``RescaleAction`` transforms."""
+def action_rescaling(
+    space: gym.spaces.Box,
+) -> tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]]:
+    """(env actions -> ``[-1, 1]``, ``[-1, 1]`` -> env actions) for a bounded Box: gymnasium's
+    own ``RescaleAction`` transforms, so that both directions round exactly as the wrapper."""
     minus_one = np.full(space.shape, -1.0, dtype=space.dtype)
-    _, forward, backward = rescale_box(space, minus_one, -minus_one)
-    return forward, backward
+    _, to_policy, to_env = rescale_box(space, minus_one, -minus_one)
+    return to_policy, to_env
 
 
 def scale_actions(actions: np.ndarray, action_space: gym.Space) -> np.ndarray:
@@ -163,14 +112,18 @@ def scale_actions(actions: np.ndarray, action_space: gym.Space) -> np.ndarray:
     """
     if not needs_rescale(action_space):
         return np.asarray(actions)
-    forward, _ = _rescale_fns(action_space)
-    return np.asarray(forward(np.asarray(actions)), dtype=action_space.dtype)
+    to_policy, _ = action_rescaling(action_space)
+    return np.asarray(to_policy(np.asarray(actions)), dtype=action_space.dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# the network
 
 
 def build_policy(
     observation_space: gym.Space,
     action_space: gym.Space,
-    policy_cfg: Mapping[str, Any],
+    policy_cfg: PolicyConfig,
     residual_base: Mapping[str, Any] | None = None,
 ) -> ActorCriticPolicy:
     """The ``ActorCriticPolicy`` PPO's ``MlpPolicy`` builds for this config (on the CPU); with
@@ -269,70 +222,6 @@ def actor_spec(policy: ActorCriticPolicy) -> dict[str, Any]:
     return {"net_arch": sizes, "activation": names[0] if names else "tanh"}
 
 
-def mean_actions(policy: ActorCriticPolicy, obs: torch.Tensor) -> torch.Tensor:
-    """The mean of a Gaussian policy's actions for a batch of (normalised) observations."""
-    return policy.get_distribution(obs).distribution.mean
-
-
-def action_targets(policy: ActorCriticPolicy, obs: torch.Tensor) -> torch.Tensor:
-    """What a guide term pulls another policy towards: a Gaussian policy's mean action, a
-    categorical policy's action probabilities, for a batch of (normalised) observations."""
-    dist = policy.get_distribution(obs).distribution
-    return dist.probs if isinstance(dist, torch.distributions.Categorical) else dist.mean
-
-
-def demo_targets(actions: torch.Tensor, action_space: gym.Space) -> torch.Tensor:
-    """Demonstrated actions (in the policy's action space) as :func:`action_targets`: Box
-    actions as they are, Discrete ones as one-hot probabilities."""
-    if isinstance(action_space, gym.spaces.Discrete):
-        index = actions.long().reshape(-1) - int(action_space.start)
-        return nn.functional.one_hot(index, int(action_space.n)).to(torch.float32)
-    return actions
-
-
-def guide_loss(policy: ActorCriticPolicy, obs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """How far ``policy`` is from ``targets`` (:func:`action_targets` of a teacher, or
-    :func:`demo_targets`), averaged over the batch; the action distribution's mean or logits
-    only, never the Gaussian's log-std. Gaussian: the squared distance of the mean action to the
-    target, summed over action dimensions. Categorical: the cross-entropy of the policy's
-    action probabilities relative to the target probabilities (Schmitt et al. 2018's
-    kickstarting loss; with one-hot targets, the NLL of the demonstrated action)."""
-    dist = policy.get_distribution(obs).distribution
-    if isinstance(dist, torch.distributions.Categorical):
-        return -(targets * torch.log_softmax(dist.logits, dim=-1)).sum(dim=-1).mean()
-    return (dist.mean - targets).pow(2).sum(dim=-1).mean()
-
-
-def space_from_description(desc: Mapping[str, Any]) -> gym.Space:
-    """The gymnasium space a :func:`demo2rl.dataset.describe_space` description describes."""
-    if desc.get("type") == "Box":
-        dtype = np.dtype(desc["dtype"])
-        low = np.asarray(desc["low"], dtype=dtype).reshape(desc["shape"])
-        high = np.asarray(desc["high"], dtype=dtype).reshape(desc["shape"])
-        return gym.spaces.Box(low, high, tuple(desc["shape"]), dtype)
-    if desc.get("type") == "Discrete":
-        return gym.spaces.Discrete(int(desc["n"]), start=int(desc.get("start", 0)))
-    raise ValueError(f"unsupported space description: {desc}")
-
-
-def resolve_device(device: str) -> torch.device:
-    """``"auto"`` (CUDA when visible, else CPU), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``."""
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        dev = torch.device(device)
-    except RuntimeError as err:
-        raise ValueError(f"unknown device {device!r} (auto, cpu, cuda, cuda:N)") from err
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"device {device!r} requested but CUDA is not available")
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise ValueError(f"device {device!r}: only {torch.cuda.device_count()} GPU(s)")
-    elif dev.type != "cpu":
-        raise ValueError(f"unsupported device {device!r} (auto, cpu, cuda, cuda:N)")
-    return dev
-
-
 # --------------------------------------------------------------------------------------------
 # observation normalisation
 
@@ -400,186 +289,23 @@ class ObsNormalizer:
 
 
 # --------------------------------------------------------------------------------------------
-# acting
+# where the network runs
 
 
-def make_actor(
-    policy: ActorCriticPolicy,
-    normalizer: ObsNormalizer,
-    action_space: gym.Space,
-    deterministic: bool = True,
-) -> Callable[[np.ndarray], np.ndarray]:
-    """A batched callable, raw observations ``(B, ...)`` in, env actions ``(B, ...)`` out.
-
-    Normalises, runs the policy (mean action when ``deterministic``), clips to the policy's
-    action bounds and maps rescaled actions back to the env's range; a ``rollout`` policy. The
-    policy always sees blocks of :data:`ACT_BLOCK` rows (padded), so an action does not depend on
-    how many envs were stepped together: torch's CPU matmul rounds differently for different
-    batch sizes, and the number of envs is a speed setting.
-    """
-    box = isinstance(action_space, gym.spaces.Box)
-    backward = _rescale_fns(action_space)[1] if needs_rescale(action_space) else None
-    bounds = policy_action_space(action_space)
-    low, high = (bounds.low, bounds.high) if box else (None, None)
-
-    def act(obs: np.ndarray) -> np.ndarray:
-        x = normalizer(np.asarray(obs))
-        block = np.zeros((ACT_BLOCK, *x.shape[1:]), dtype=x.dtype)
-        chunks = []
-        for start in range(0, len(x), ACT_BLOCK):
-            rows = x[start : start + ACT_BLOCK]
-            block[: len(rows)] = rows
-            block[len(rows) :] = 0
-            with torch.no_grad():
-                dist = policy.get_distribution(torch.as_tensor(block, device=policy.device))
-                chunks.append(dist.get_actions(deterministic=deterministic)[: len(rows)].cpu())
-        out = torch.cat(chunks).numpy()
-        if not box:
-            return out.astype(np.int64)
-        out = np.clip(out, low, high)
-        if backward is not None:
-            out = backward(out)
-        return np.asarray(out, dtype=np.float32)
-
-    return act
-
-
-# --------------------------------------------------------------------------------------------
-# checkpoints
-
-
-def space_mismatch(name: str, expected: Mapping[str, Any], actual: Mapping[str, Any]) -> str | None:
-    """How two ``describe_space`` descriptions differ, e.g. ``"observation_space shape (39,) vs
-    (2,)"`` (``expected`` first), or None when they are equal."""
-    if expected == actual:
-        return None
-    for key in ("type", "shape", "n", "dtype", "start", "low", "high"):
-        a, b = expected.get(key), actual.get(key)
-        if a != b:
-            if key == "shape":
-                a, b = tuple(a or ()), tuple(b or ())
-            return f"{name} {key} {a} vs {b}"
-    return f"{name} {dict(expected)} vs {dict(actual)}"
-
-
-def save_checkpoint(
-    path: str | os.PathLike[str],
-    policy: ActorCriticPolicy,
-    normalizer: ObsNormalizer,
-    *,
-    policy_cfg: Mapping[str, Any],
-    observation_space: gym.Space,
-    action_space: gym.Space,
-    meta: Mapping[str, Any],
-) -> None:
-    """Write the policy checkpoint atomically: plain data that ``weights_only=True`` loads.
-
-    ``meta`` (e.g. dataset hash, config slice) is stored with package versions and the code
-    revision added unless it has them.
-    """
-    meta_out = _plain(dict(meta))
-    meta_out.setdefault("versions", provenance.versions())
-    meta_out.setdefault("code_revision", dict(provenance.code_revision()))
-    checkpoint = {
-        "format": CHECKPOINT_FORMAT,
-        "format_version": CHECKPOINT_VERSION,
-        "state_dict": {k: v.detach().cpu().clone() for k, v in policy.state_dict().items()},
-        "policy_cfg": _plain(normalise_policy_cfg(policy_cfg)),
-        "observation_space": describe_space(observation_space),
-        "action_space": describe_space(action_space),
-        "normalizer": normalizer.to_dict(),
-        "meta": meta_out,
-        "residual_base": policy.base_spec if isinstance(policy, ResidualPolicy) else None,
-    }
-    with atomic_path(path) as tmp:
-        torch.save(checkpoint, tmp)
-
-
-def load_checkpoint(
-    path: str | os.PathLike[str],
-    observation_space: gym.Space,
-    action_space: gym.Space,
-    policy_cfg: Mapping[str, Any] | None = None,
-) -> tuple[ActorCriticPolicy, ObsNormalizer, dict[str, Any]]:
-    """Build the policy, load the checkpoint strictly; returns (policy, normalizer, checkpoint).
-
-    With ``policy_cfg`` the checkpoint must match that network config (a stage about to train it
-    further); without, the network is built from the config the checkpoint records (a stage that
-    only acts with it). Raises CheckpointError naming the file and the mismatch.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(path, "no such checkpoint file")
+def resolve_device(device: str) -> torch.device:
+    """The device BC or PPO trains the network on, from the config's ``device``: ``"auto"``
+    (CUDA when visible, else CPU), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # torch raises many types for a truncated or foreign file
-        raise CheckpointError(path, f"unreadable checkpoint ({type(err).__name__}: {err})") from err
-    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
-        raise CheckpointError(path, f"not a {CHECKPOINT_FORMAT} checkpoint")
-    if ckpt.get("format_version") != CHECKPOINT_VERSION:
-        raise CheckpointError(
-            path, f"format version {ckpt.get('format_version')}, expected {CHECKPOINT_VERSION}"
-        )
-    missing = [k for k in CHECKPOINT_KEYS if k not in ckpt]
-    if missing:
-        raise CheckpointError(path, f"incomplete checkpoint: no {', '.join(missing)}")
-    for name, space in (("observation_space", observation_space), ("action_space", action_space)):
-        problem = space_mismatch(name, ckpt[name], describe_space(space))
-        if problem:
-            raise CheckpointError(path, f"{problem} (checkpoint vs task)")
-    cfg = normalise_policy_cfg(ckpt["policy_cfg"] if policy_cfg is None else policy_cfg)
-    problem = _architecture_mismatch(ckpt["policy_cfg"], cfg)
-    if problem:
-        raise CheckpointError(path, problem)
-    policy = build_policy(observation_space, action_space, cfg, ckpt.get("residual_base"))
-    try:
-        policy.load_state_dict(ckpt["state_dict"], strict=True)
+        dev = torch.device(device)
     except RuntimeError as err:
-        raise CheckpointError(path, f"weights do not fit the policy: {err}") from err
-    normalizer = ObsNormalizer.from_dict(ckpt["normalizer"])
-    return policy, normalizer, ckpt
-
-
-def check_dataset_hash(
-    path: str | os.PathLike[str],
-    checkpoint: Mapping[str, Any],
-    demos_path: str | os.PathLike[str],
-    dataset_hash: str,
-) -> None:
-    """Raise CheckpointError, naming both files, unless the checkpoint at ``path`` records
-    ``dataset_hash`` (the content hash of the dataset at ``demos_path``) as the dataset it was
-    trained on: a policy of another experiment or an older dataset is never used silently."""
-    recorded = checkpoint.get("meta", {}).get("dataset_hash")
-    if recorded != dataset_hash:
-        raise CheckpointError(
-            path,
-            f"trained on the dataset with content hash {recorded}, but this run's dataset "
-            f"{demos_path} has content hash {dataset_hash}: the checkpoint belongs to another "
-            "dataset (another experiment, or a dataset collected since); rerun the rule that "
-            "wrote it",
-        )
-
-
-def _architecture_mismatch(saved: Mapping[str, Any], cfg: Mapping[str, Any]) -> str | None:
-    """The first architecture key (net_arch, activation) where checkpoint and config differ."""
-    pairs = [(f"net_arch.{p}", saved["net_arch"][p], cfg["net_arch"][p]) for p in ("pi", "vf")]
-    pairs += [(k, saved[k], cfg[k]) for k in ARCHITECTURE_KEYS if k != "net_arch"]
-    for key, a, b in pairs:
-        if a != b:
-            return f"policy.{key} is {a!r} in the checkpoint but {b!r} in the config"
-    return None
-
-
-def _plain(obj: Any) -> Any:
-    """Recursively turn numpy values into Python ones (the checkpoint holds no numpy)."""
-    if isinstance(obj, Mapping):
-        return {str(k): _plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, Path):
-        return str(obj)
-    return obj
+        raise ValueError(f"unknown device {device!r} (auto, cpu, cuda, cuda:N)") from err
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {device!r} requested but CUDA is not available")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(f"device {device!r}: only {torch.cuda.device_count()} GPU(s)")
+    elif dev.type != "cpu":
+        raise ValueError(f"unsupported device {device!r} (auto, cpu, cuda, cuda:N)")
+    return dev

@@ -26,7 +26,16 @@ PACKAGES = (
 )
 _SRC = Path(__file__).resolve().parent
 RESULT_NEUTRAL = frozenset(
-    {"demo2rl.tracking", "demo2rl.tracking_settings", "demo2rl.provenance", "demo2rl.jobs"}
+    {
+        "demo2rl.tracking",
+        "demo2rl.tracking.lineage",
+        "demo2rl.tracking.outbox",
+        "demo2rl.tracking.run",
+        "demo2rl.tracking.store",
+        "demo2rl.tracking.workflow",
+        "demo2rl.provenance",
+        "demo2rl.jobs",
+    }
 )
 """Modules that cannot change a result (tracking, provenance records): not fingerprinted."""
 

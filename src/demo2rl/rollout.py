@@ -22,7 +22,7 @@ class RolloutError(RuntimeError):
 def run_episodes(
     env_id: str,
     env_kwargs: Mapping[str, Any],
-    policy: tasks.Expert,
+    policy: tasks.PolicyFn,
     episode_seeds: Sequence[int],
     *,
     n_envs: int,
@@ -64,7 +64,7 @@ def run_episodes(
     done_count = 0
     while done_count < n:
         check_finite(obs, "observation")
-        actions = tasks.expert_actions(policy, obs, space)
+        actions = tasks.checked_actions(policy, obs, space)
         next_obs, rewards, terminated, truncated, info = env.step(actions)
         slot_step += 1
         check_finite(rewards, "reward")

@@ -52,6 +52,9 @@ METRICS = {
     "laps": "laps",
 }
 """Per-episode metrics summarised when every evaluation has them, with their labels."""
+CURVE_REPS = 2000
+"""Bootstrap replicates of a learning-curve band: a picture's shading, not a reported interval
+(those use ``evaluate.bootstrap_reps``)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -100,9 +103,9 @@ def compare(
     scores: Mapping[str, np.ndarray],
     pairs: Sequence[tuple[str, str]] | None = None,
     *,
-    reps: int = 10_000,
-    confidence: float = 0.95,
-    seed: int = 0,
+    reps: int,
+    confidence: float,
+    seed: int,
     chunk: int = 1000,
 ) -> dict[str, Any]:
     """Mean, IQM and P(X > Y) with bootstrap confidence intervals (see the module docstring).
@@ -167,9 +170,9 @@ def compare(
 def curve_band(
     runs: Sequence[tuple[np.ndarray, np.ndarray]],
     *,
-    reps: int = 2000,
-    confidence: float = 0.95,
-    seed: int = 0,
+    confidence: float,
+    seed: int,
+    reps: int = CURVE_REPS,
 ) -> dict[str, np.ndarray]:
     """Mean learning curve over runs and a bootstrap interval of that mean (runs resampled).
 
@@ -206,9 +209,9 @@ def steps_to_reach(band: Mapping[str, Sequence[float]], level: float) -> float |
 def summarize(
     records: Sequence[Mapping[str, Any]],
     *,
-    reps: int = 10_000,
-    confidence: float = 0.95,
-    seed: int = 0,
+    reps: int,
+    confidence: float,
+    seed: int,
 ) -> dict[str, Any]:
     """The comparison of evaluated policies: what ``summary.json`` holds.
 

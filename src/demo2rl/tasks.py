@@ -19,8 +19,10 @@ from gymnasium.vector import AutoresetMode
 
 import demo2rl.envs  # noqa: F401  (registers Racing-v0)
 
-Expert = Callable[[np.ndarray], np.ndarray]
-"""A batched expert: observations ``(B, *obs_shape)`` in, actions ``(B, *act_shape)`` out."""
+PolicyFn = Callable[[np.ndarray], np.ndarray]
+"""Any batched policy as a function, observations ``(B, *obs_shape)`` in, actions
+``(B, *act_shape)`` out: an expert (:func:`load_expert`) or a network's actor
+(:func:`demo2rl.acting.make_actor`). The rollouts step envs with it, whichever it is."""
 
 
 class TaskError(ValueError):
@@ -122,7 +124,7 @@ def resolve_entry_point(entry_point: str | Callable[..., Any]) -> Any:
         raise TaskError(f"entry point {entry_point!r}: {module_name!r} has no {attr!r}") from err
 
 
-def load_expert(entry_point: str, kwargs: Mapping[str, Any] | None = None) -> Expert:
+def load_expert(entry_point: str, kwargs: Mapping[str, Any] | None = None) -> PolicyFn:
     """The expert callable with its configured keyword arguments bound."""
     fn = resolve_entry_point(entry_point)
     if not callable(fn):
@@ -130,9 +132,10 @@ def load_expert(entry_point: str, kwargs: Mapping[str, Any] | None = None) -> Ex
     return functools.partial(fn, **dict(kwargs or {})) if kwargs else fn
 
 
-def expert_actions(expert: Expert, obs: np.ndarray, action_space: gym.Space) -> np.ndarray:
-    """Call the expert on a batch and check what it returns: shape, finiteness, dtype."""
-    actions = np.asarray(expert(obs))
+def checked_actions(policy: PolicyFn, obs: np.ndarray, action_space: gym.Space) -> np.ndarray:
+    """Call ``policy`` on a batch and check what it returns: shape, finiteness, dtype. (The
+    messages say "expert": the only policy that is user code, and so the one that can fail.)"""
+    actions = np.asarray(policy(obs))
     want = (obs.shape[0], *action_space.shape)
     if actions.shape != want:
         raise TaskError(f"expert returned actions of shape {actions.shape}, expected {want}")
@@ -141,11 +144,10 @@ def expert_actions(expert: Expert, obs: np.ndarray, action_space: gym.Space) -> 
     return actions.astype(action_space.dtype, copy=False)
 
 
-def entry_point_modules(task: Mapping[str, Any]) -> list[str]:
+def entry_point_modules(env_id: str, expert_entry_point: str | None) -> list[str]:
     """The modules a task's code lives in: its env's (and vector env's) registered entry points
-    and its expert's (when ``task`` has one). Stages add them to their code fingerprint, so an
-    edit to a user's env or expert reruns what used them."""
-    spec = env_spec(task["env_id"])
-    expert = task.get("expert", {}).get("entry_point")
-    entry_points = [spec.entry_point, spec.vector_entry_point, expert]
+    and its expert's (when it has one). Stages add them to their code fingerprint, so an edit to
+    a user's env or expert reruns what used them."""
+    spec = env_spec(env_id)
+    entry_points = [spec.entry_point, spec.vector_entry_point, expert_entry_point]
     return [ep.partition(":")[0] for ep in entry_points if isinstance(ep, str) and ":" in ep]

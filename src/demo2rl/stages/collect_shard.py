@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from demo2rl import collect, dataset
+from demo2rl.config import TaskConfig
 from demo2rl.tracking import Run
 
 
@@ -13,8 +11,9 @@ def collect_shard(
     *,
     shard: int,
     out: str,
-    task: Mapping[str, Any],
-    collect_cfg: Mapping[str, Any],
+    task: TaskConfig,
+    n_episodes: int,
+    n_shards: int,
     seed: int,
     n_envs: int,
     run: Run,
@@ -22,17 +21,18 @@ def collect_shard(
     """Collect one shard of expert episodes and write it.
 
     ``n_envs`` (envs stepped as one batch) changes speed, never the episodes: each episode's seed
-    is fixed by its index, so it is a rule resource, not part of ``collect_cfg``.
+    is fixed by its index, so it is a rule resource, not a param.
     """
+    assert task.expert is not None, "collection needs the task's expert"
     demos = collect.collect_shard(
-        env_id=task["env_id"],
-        env_kwargs=task["env_kwargs"],
-        expert_entry_point=task["expert"]["entry_point"],
-        expert_kwargs=task["expert"]["kwargs"],
+        env_id=task.env_id,
+        env_kwargs=task.env_kwargs,
+        expert_entry_point=task.expert.entry_point,
+        expert_kwargs=task.expert.kwargs,
         base_seed=seed,
-        episodes=collect.shard_episodes(collect_cfg["n_episodes"], collect_cfg["n_shards"], shard),
+        episodes=collect.shard_episodes(n_episodes, n_shards, shard),
         n_envs=n_envs,
     )
     digest = dataset.write(out, demos)
-    run.log_metrics(collect.summary(demos))
+    run.log_metrics(collect.dataset_metrics(demos))
     run.log_dataset(out, digest, context="collected")

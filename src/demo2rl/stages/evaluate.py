@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from demo2rl import dataset, evaluation, groups, io, policy, provenance, tasks
+from demo2rl import acting, checkpoints, dataset, evaluation, groups, io, provenance, tasks
+from demo2rl.config import TaskConfig
 from demo2rl.tracking import Run
 
 log = logging.getLogger(__name__)
@@ -23,7 +24,7 @@ def evaluate_policy(
     checkpoint: str | None,
     demos_path: str | None,
     out: str,
-    task: dict[str, Any],
+    task: TaskConfig,
     episodes: int,
     seed: int,
     n_envs: int,
@@ -39,19 +40,20 @@ def evaluate_policy(
     """
     torch.set_num_threads(1)  # small MLPs, batch of a few envs: one thread is fastest
     group = groups.policy_group(name)
-    env_id, env_kwargs = task["env_id"], task["env_kwargs"]
+    env_id, env_kwargs = task.env_id, task.env_kwargs
     obs_space, act_space = tasks.spaces(env_id, env_kwargs)
     source: dict[str, Any]
     if name == "expert":
-        actor = tasks.load_expert(task["expert"]["entry_point"], task["expert"]["kwargs"])
-        source = {"expert": dict(task["expert"])}
+        assert task.expert is not None, "the expert's evaluation needs the task's expert"
+        actor = tasks.load_expert(task.expert.entry_point, task.expert.kwargs)
+        source = {"expert": task.expert.to_dict()}
     else:
         if checkpoint is None or demos_path is None:
             raise ValueError(f"policy {name!r} needs a checkpoint and the dataset")
-        net, normalizer, ckpt = policy.load_checkpoint(checkpoint, obs_space, act_space)
+        net, normalizer, ckpt = checkpoints.load_checkpoint(checkpoint, obs_space, act_space)
         digest = dataset.read_attrs(demos_path)["content_hash"]
-        policy.check_dataset_hash(checkpoint, ckpt, demos_path, digest)
-        actor = policy.make_actor(net, normalizer, act_space)
+        checkpoints.check_dataset_hash(checkpoint, ckpt, demos_path, digest)
+        actor = acting.make_actor(net, normalizer, act_space)
         meta = ckpt.get("meta", {})
         source = {
             "checkpoint": str(checkpoint),
@@ -62,7 +64,7 @@ def evaluate_policy(
     start = time.perf_counter()
     result = evaluation.final_evaluation(env_id, env_kwargs, actor, track_seeds, n_envs=n_envs)
     seconds = time.perf_counter() - start
-    means = evaluation.summary(result.episodes)
+    means = result.means()
     record = {
         "policy": name,
         "group": group,

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping
 from typing import Any
 
 import torch
 
-from demo2rl import bc, dataset, evaluation, io, policy, provenance, tasks
+from demo2rl import acting, bc, checkpoints, dataset, evaluation, io, provenance, tasks
+from demo2rl.config import BCConfig, PolicyConfig, TaskConfig
 from demo2rl.tracking import Run
 
 log = logging.getLogger(__name__)
@@ -24,9 +24,9 @@ def train_bc(
     demos_path: str,
     policy_out: str,
     metrics_out: str,
-    task: Mapping[str, Any],
-    policy_cfg: Mapping[str, Any],
-    bc_cfg: Mapping[str, Any],
+    task: TaskConfig,
+    policy_cfg: PolicyConfig,
+    bc_cfg: BCConfig,
     eval_episodes: int,
     seed: int,
     threads: int,
@@ -38,7 +38,7 @@ def train_bc(
     ``eval_episodes`` held-out episodes (``evaluate.during_training``) are run ``eval_envs`` at a
     time; ``eval_envs`` and ``threads`` change speed, never results.
     """
-    obs_space, act_space = tasks.spaces(task["env_id"], task["env_kwargs"])
+    obs_space, act_space = tasks.spaces(task.env_id, task.env_kwargs)
     digest = dataset.verify(demos_path)  # a truncated or altered dataset stops the run here
     run.log_dataset(demos_path, digest, context="training")
     result = bc.train_bc(
@@ -48,12 +48,13 @@ def train_bc(
         seed=seed,
         threads=threads,
         on_epoch=lambda row: run.log_metrics(row, step=int(row["epoch"])),
-        env_id=task["env_id"],
+        env_id=task.env_id,
         observation_space=obs_space,
         action_space=act_space,
     )
-    meta = {"dataset_hash": digest, "config": {"policy": policy_cfg, "bc": bc_cfg}, "seed": seed}
-    policy.save_checkpoint(
+    config = {"policy": policy_cfg.to_dict(), "bc": bc_cfg.to_dict()}
+    meta = {"dataset_hash": digest, "config": config, "seed": seed}
+    checkpoints.save_checkpoint(
         policy_out,
         result.policy,
         result.normalizer,
@@ -65,15 +66,16 @@ def train_bc(
     # one torch thread when acting, as in the evaluate stage: the held-out numbers must not
     # depend on `threads` (a speed setting), and torch's results can with more than one
     torch.set_num_threads(1)
-    actor = policy.make_actor(result.policy.cpu(), result.normalizer, act_space)
-    expert = tasks.load_expert(task["expert"]["entry_point"], task["expert"]["kwargs"])
+    actor = acting.make_actor(result.policy.cpu(), result.normalizer, act_space)
+    assert task.expert is not None, "the comparison needs the task's expert"
+    expert = tasks.load_expert(task.expert.entry_point, task.expert.kwargs)
     heldout = evaluation.heldout_seeds(seed, eval_episodes)
-    bc_eval = evaluation.summary(
-        evaluation.evaluate(task["env_id"], task["env_kwargs"], actor, heldout, n_envs=eval_envs)
-    )
-    expert_eval = evaluation.summary(
-        evaluation.evaluate(task["env_id"], task["env_kwargs"], expert, heldout, n_envs=eval_envs)
-    )
+    bc_eval = evaluation.evaluate(
+        task.env_id, task.env_kwargs, actor, heldout, n_envs=eval_envs
+    ).means()
+    expert_eval = evaluation.evaluate(
+        task.env_id, task.env_kwargs, expert, heldout, n_envs=eval_envs
+    ).means()
     metrics = {
         "best_epoch": result.best_epoch,
         "best_valid_nll": result.best_valid_nll,

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
-from demo2rl import dataset, io, policy, provenance, rl, tasks
+from demo2rl import checkpoints, dataset, io, provenance, rl, tasks
+from demo2rl.config import PolicyConfig, RLConfig, TaskConfig
 from demo2rl.tracking import Run
 
 
@@ -22,9 +21,9 @@ def train_rl(
     progress_out: str,
     evaluations_out: str,
     state_dir: str,
-    task: Mapping[str, Any],
-    policy_cfg: Mapping[str, Any],
-    rl_cfg: Mapping[str, Any],
+    task: TaskConfig,
+    policy_cfg: PolicyConfig,
+    rl_cfg: RLConfig,
     eval_episodes: int,
     seed: int,
     clip_obs: float,
@@ -50,9 +49,9 @@ def train_rl(
     key = rl.run_key(
         {
             "config": {
-                "task": task,
-                "policy": policy_cfg,
-                "rl": rl_cfg,
+                "task": task.to_dict(),
+                "policy": policy_cfg.to_dict(),
+                "rl": rl_cfg.to_dict(),
                 "eval_episodes": eval_episodes,
                 "seed": seed,
                 "clip_obs": clip_obs,
@@ -61,12 +60,13 @@ def train_rl(
             },
             "inputs.demos": digest,
             "inputs.bc": _file_digest(bc_checkpoint) if bc_checkpoint else None,
-            "code": provenance.code_fingerprint(__name__, *tasks.entry_point_modules(task)),
+            "code": provenance.code_fingerprint(
+                __name__, *tasks.entry_point_modules(task.env_id, expert_entry_point=None)
+            ),
         }
     )
     result = rl.train_rl(
-        env_id=task["env_id"],
-        env_kwargs=task["env_kwargs"],
+        task=task,
         init=init,
         demos_path=demos_path,
         bc_checkpoint=bc_checkpoint,
@@ -83,8 +83,8 @@ def train_rl(
         checkpoint_every=checkpoint_every,
         log_metrics=lambda metrics, step: run.log_metrics(metrics, step=step),
     )
-    obs_space, act_space = tasks.spaces(task["env_id"], task["env_kwargs"])
-    policy.save_checkpoint(
+    obs_space, act_space = tasks.spaces(task.env_id, task.env_kwargs)
+    checkpoints.save_checkpoint(
         policy_out,
         result.model.policy,
         result.normalizer,
@@ -96,7 +96,7 @@ def train_rl(
             "init": init,
             "run_seed": run_seed,
             "timesteps": result.timesteps,
-            "config": {"policy": policy_cfg, "rl": rl_cfg},
+            "config": {"policy": policy_cfg.to_dict(), "rl": rl_cfg.to_dict()},
         },
     )
     with io.atomic_path(progress_out) as tmp:

@@ -1,0 +1,262 @@
+"""The RL recipe: how each arm uses the demonstrations, in the order a run applies it.
+
+Every arm is stable-baselines3's PPO with the same hyperparameters (``rl.ppo``), budget and env;
+they differ only in the policy they start from and in a guide term added to PPO's updates.
+
+* ``scratch``: a fresh ``MlpPolicy``. The control.
+* ``bc`` (warm start): the clone's weights, its log-std raised, a critic warm-up with the actor
+  frozen, and optionally a fading demonstration term (DAPG-like).
+* ``residual``: PPO learns a correction added to the frozen clone's action
+  (:class:`demo2rl.policy.ResidualPolicy`), starting near zero.
+* ``kickstart``: a fresh policy with a fading distillation term toward the clone's actions on its
+  own states (Schmitt et al. 2018).
+
+Read top to bottom: 1. the env every arm trains in, 2. where each arm starts
+(:func:`build_model`), 3. what changes in PPO's update (:class:`GuidedPPO`: the critic warm-up
+and the guide term of :class:`Guide`). What runs around it (resuming, evaluation and checkpoint
+schedule, SIGTERM, logging) is in :mod:`demo2rl.rl.trainer`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable, Iterator
+
+import gymnasium as gym
+import numpy as np
+import torch
+from stable_baselines3 import PPO
+from stable_baselines3.common.policies import ActorCriticPolicy
+from stable_baselines3.common.vec_env import VecEnv, VecNormalize
+
+from demo2rl import bc, dataset, groups, guidance, policy, tasks, vec
+from demo2rl.config import PolicyConfig, RLConfig, TaskConfig
+
+ARMS = groups.ARMS
+"""``bc``, ``residual``, ``kickstart`` (demo-guided) and ``scratch`` (the control)."""
+
+
+# --------------------------------------------------------------------------------------------
+# 1. the env: rl.n_envs copies, actions in [-1, 1], observations normalised with frozen stats
+
+
+def make_training_env(
+    task: TaskConfig, rl_cfg: RLConfig, normalizer: policy.ObsNormalizer, n_workers: int
+) -> VecNormalize:
+    """The RL vector env: ``rl.n_envs`` envs of ``rl.vec_env`` kind (native, dummy or
+    subproc with ``n_workers`` processes), bounded Box actions rescaled to [-1, 1], and the
+    frozen observation normalisation every arm shares (SB3's ``VecNormalize`` with
+    ``training=False``, holding the dataset's training-split statistics, as the clone saw them).
+    """
+    _, action_space = tasks.spaces(task.env_id, task.env_kwargs)
+    wrap = _rescale_wrapper if policy.needs_rescale(action_space) else None
+    venv: VecEnv = vec.make_vec_env(
+        task.env_id, task.env_kwargs, rl_cfg.n_envs, rl_cfg.vec_env, n_workers=n_workers, wrap=wrap
+    )
+    normed = VecNormalize(
+        venv,
+        training=False,
+        norm_obs=True,
+        norm_reward=False,
+        clip_obs=normalizer.clip_obs,
+        epsilon=normalizer.epsilon,
+    )
+    normalizer.apply_to(normed)
+    return normed
+
+
+def _rescale_wrapper(env: gym.Env) -> gym.Env:
+    return gym.wrappers.RescaleAction(env, np.float32(-1.0), np.float32(1.0))
+
+
+def dataset_normalizer(demos: dataset.Demos, clip_obs: float) -> policy.ObsNormalizer:
+    """The scratch arm's normalisation: what BC fits from the training split's statistics (the
+    other arms take it from the clone's checkpoint)."""
+    std = demos.stats["obs_std"]
+    return policy.ObsNormalizer(demos.stats["obs_mean"], std * std, clip_obs, bc.OBS_EPSILON)
+
+
+# --------------------------------------------------------------------------------------------
+# 2. where each arm starts
+
+
+def build_model(
+    init: str,
+    env: VecEnv,
+    *,
+    policy_cfg: PolicyConfig,
+    rl_cfg: RLConfig,
+    clone: ActorCriticPolicy | None,
+    demos: Callable[[], tuple[torch.Tensor, torch.Tensor]],
+    seed: int,
+    device: torch.device | str,
+) -> GuidedPPO:
+    """The PPO model of an arm, ready to learn.
+
+    * ``scratch``: a freshly initialised ``MlpPolicy`` (``policy``; exploration from
+      ``policy.log_std_init``).
+    * ``bc``: the clone's weights, loaded strictly; its log-std set to ``warm_start.log_std``
+      (a Gaussian clone's own is tiny; null keeps it); for ``warm_start.critic_warmup_steps``
+      env steps only the critic learns, on the clone's own rollouts; optionally a demonstration
+      guide (weight ``warm_start.bc_coef`` decaying to 0 over ``bc_decay`` of the budget).
+    * ``residual``: a fresh :class:`demo2rl.policy.ResidualPolicy` whose action is the frozen
+      clone's mean plus a correction that starts near 0 (so the arm starts at the clone's
+      return), exploring from ``residual.log_std``.
+    * ``kickstart``: a fresh ``MlpPolicy`` with a teacher guide: the clone's actions on the
+      policy's own rollout states, weight ``kickstart.coef`` decaying to 0 over
+      ``kickstart.decay`` of the budget.
+
+    ``clone`` (the behaviour clone, in normalised observations) is needed by every arm but
+    scratch; ``demos`` returns the demonstrations' normalised states and action targets when
+    called (only the bc arm's demonstration guide does).
+    """
+    if init not in ARMS:
+        raise ValueError(f"init must be one of {', '.join(ARMS)}, got {init!r}")
+    if init != "scratch" and clone is None:
+        raise ValueError(f"the {init} arm needs a BC checkpoint")
+    total = rl_cfg.total_timesteps
+    kwargs = policy.sb3_policy_kwargs(policy_cfg)
+    policy_class: str | type[ActorCriticPolicy] = "MlpPolicy"
+    if init == "residual":
+        assert rl_cfg.residual is not None
+        policy_class, kwargs["base_spec"] = policy.ResidualPolicy, policy.actor_spec(clone)
+        if rl_cfg.residual.log_std is not None:
+            kwargs["log_std_init"] = rl_cfg.residual.log_std
+    model = GuidedPPO(
+        policy_class,
+        env,
+        policy_kwargs=kwargs,
+        seed=seed,
+        device=device,
+        verbose=0,
+        **rl_cfg.ppo.to_dict(),
+    )
+    if init == "bc":
+        warm = rl_cfg.warm_start
+        assert warm is not None and clone is not None
+        model.policy.load_state_dict(clone.state_dict(), strict=True)
+        if warm.log_std is not None and hasattr(model.policy, "log_std"):  # Gaussian only
+            with torch.no_grad():
+                model.policy.log_std.fill_(warm.log_std)
+        model.critic_warmup = warm.critic_warmup_steps
+        if warm.bc_coef > 0:
+            states, targets = demos()
+            model.guide = Guide(warm.bc_coef, warm.bc_decay, total, states, targets)
+    elif init == "residual":
+        model.policy.set_base(clone)
+    elif init == "kickstart":
+        kick = rl_cfg.kickstart
+        assert kick is not None and clone is not None
+        teacher = clone.to(model.device).requires_grad_(False)
+        model.guide = Guide(kick.coef, kick.decay, total, teacher=teacher)
+    return model
+
+
+def demo_tensors(
+    demos: dataset.Demos,
+    normalizer: policy.ObsNormalizer,
+    action_space: gym.Space,
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The training split's normalised states and the guide targets of its actions (scaled as
+    the policy acts; one-hot for Discrete actions)."""
+    rows = demos.step_rows(demos.split["train"])
+    obs = normalizer(demos.steps["observations"][rows])
+    actions = torch.as_tensor(policy.scale_actions(demos.steps["actions"][rows], action_space))
+    targets = guidance.demo_targets(actions, policy.policy_action_space(action_space))
+    return torch.as_tensor(obs, device=device), targets.to(device)
+
+
+# --------------------------------------------------------------------------------------------
+# 3. what changes in PPO's update: the critic warm-up, and a fading guide term
+
+
+@dataclasses.dataclass
+class Guide:
+    """An auxiliary loss added to PPO's gradient at every optimiser step, with decaying weight:
+    ``weight(t) * guidance.guide_loss`` (for Box actions the squared distance between the policy's
+    mean action and a target action; for Discrete ones the cross-entropy to target action
+    probabilities) on a minibatch of states (sampled anew for every step), ``t`` the env steps
+    before the rollout the update learns from (so the first update has weight ``coef``).
+
+    Two sources of (state, target) pairs: fixed ``states``/``targets`` (the demonstrations), or a
+    ``teacher`` whose :func:`demo2rl.guidance.action_targets` on the states of the latest rollout
+    are the targets (the policy's own states: kickstarting). The loss involves the mean (or the
+    logits), never ``log_std``, so it cannot shrink a Gaussian's exploration. The weight falls
+    linearly from ``coef`` to 0 at ``decay`` of ``total`` env steps. Its gradient is added after
+    PPO clips its own gradient norm.
+    """
+
+    coef: float
+    decay: float
+    total: int
+    states: torch.Tensor | None = None
+    targets: torch.Tensor | None = None
+    teacher: torch.nn.Module | None = None
+
+    def weight(self, timesteps: int) -> float:
+        return self.coef * max(0.0, 1.0 - timesteps / (self.decay * self.total))
+
+    def pairs(self, model: PPO) -> tuple[torch.Tensor, torch.Tensor]:
+        """The (states, targets) of the coming update."""
+        if self.teacher is None:
+            assert self.states is not None and self.targets is not None
+            return self.states, self.targets
+        obs = model.rollout_buffer.observations
+        states = torch.as_tensor(obs.reshape(-1, *obs.shape[2:]), device=model.device)
+        with torch.no_grad():
+            return states, guidance.action_targets(self.teacher, states)
+
+
+class GuidedPPO(PPO):
+    """SB3's PPO with two additions, both off by default (then it is exactly SB3's PPO):
+
+    * ``critic_warmup``: an update whose rollout started before this many env steps trains the
+      critic alone (the actor's parameters get no gradient, so Adam leaves them be);
+    * ``guide``: after it, the gradient of a :class:`Guide` joins every optimiser step while its
+      weight is positive.
+    """
+
+    guide: Guide | None = None
+    critic_warmup: int = 0
+
+    def train(self) -> None:
+        rollout_start = self.num_timesteps - self.n_steps * self.n_envs  # the update's data
+        if rollout_start < self.critic_warmup:
+            with frozen(bc.actor_parameters(self.policy)):
+                super().train()
+            return
+        weight = self.guide.weight(rollout_start) if self.guide is not None else 0.0
+        if weight <= 0:
+            super().train()
+            return
+        assert self.guide is not None
+        states, targets = self.guide.pairs(self)
+        losses: list[float] = []
+
+        def add_guide_gradient(*_: object) -> None:
+            rows = torch.randint(len(states), (self.batch_size,), device=states.device)
+            loss = guidance.guide_loss(self.policy, states[rows], targets[rows])
+            (weight * loss).backward()
+            losses.append(float(loss.detach()))
+
+        hook = self.policy.optimizer.register_step_pre_hook(add_guide_gradient)
+        try:
+            super().train()
+        finally:
+            hook.remove()
+        self.logger.record("train/guide_weight", weight)
+        self.logger.record("train/guide_loss", float(np.mean(losses)) if losses else float("nan"))
+
+
+@contextlib.contextmanager
+def frozen(params: list[torch.nn.Parameter]) -> Iterator[None]:
+    """The given parameters get no gradient inside the block."""
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p in params:
+            p.requires_grad_(True)

@@ -1,0 +1,158 @@
+"""An RL run's state directory: its key, its lock, and its checkpoint (tensors, never a pickle).
+
+The state belongs to exactly one run: the directory records the run's key (a digest of its
+config, the content of its inputs and its code), and a job resumes only state with its own key;
+any other state is discarded, with a warning naming what changed. One trainer at a time holds
+the directory (:func:`lock_state_dir`). A checkpoint holds tensors, counters and JSON, loaded with
+``weights_only=True``; the model itself is always built from the config in force, so a resumed
+run cannot pick up another run's hyperparameters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import shutil
+import socket
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from stable_baselines3 import PPO
+
+from demo2rl import checkpoints, io
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT = "checkpoint.pt"
+STATE = "state.json"
+KEY = "key.json"
+
+
+def run_key(parts: Mapping[str, Any]) -> dict[str, Any]:
+    """The key of a run: a digest of each part (config, inputs, code) and of all of them.
+
+    ``parts`` must hold everything the run's result depends on, as JSON-able values.
+    """
+    digests = {name: _digest(value) for name, value in sorted(parts.items())}
+    return {"key": _digest(digests), "parts": digests}
+
+
+LOCK_WAIT_S = 60.0
+"""How long a trainer waits for another one to let go of a state directory before giving up
+(e.g. a preempted job still writing its checkpoint when its requeued self starts)."""
+
+
+class StateDirBusy(RuntimeError):
+    """Another live trainer holds the state directory."""
+
+
+@contextlib.contextmanager
+def lock_state_dir(state_dir: Path, wait: float | None = None) -> Iterator[None]:
+    """Hold an exclusive lock on ``state_dir`` (the file ``<state_dir>.lock`` beside it).
+
+    An OS file lock (``flock``), released by the kernel when its process ends, however it ends:
+    a hard-killed trainer never leaves a stale lock, and a live one is never ignored. So a SLURM
+    retry or requeue of a job whose first run is still going (a lost node, a slow shutdown)
+    waits up to ``wait`` seconds (default :data:`LOCK_WAIT_S`) and then fails, with
+    :class:`StateDirBusy` naming the holder, instead of training on the same state. On a shared
+    filesystem this relies on its locks reaching every node (NFSv4 and Lustre with ``flock`` do;
+    check yours).
+    """
+    wait = LOCK_WAIT_S if wait is None else wait
+    lock_path = state_dir.parent / f"{state_dir.name}.lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    holder = os.pread(fd, 4096, 0).decode(errors="replace").strip()
+                    raise StateDirBusy(
+                        f"{state_dir} is in use by another trainer ({holder or 'unknown'}), "
+                        f"still after {wait:.0f} s; two runs never share a state directory. "
+                        "Wait for that job to end (or cancel it); its lock goes with its process"
+                    ) from None
+                time.sleep(0.2)
+        holder = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "slurm_job": os.environ.get("SLURM_JOB_ID"),
+            "since": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        }
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(holder).encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def claim_state_dir(state_dir: Path, key: Mapping[str, Any]) -> bool:
+    """Make ``state_dir`` this run's: True if it holds state of this very run (resume).
+
+    State of any other run (another key, or none recorded) is deleted, with a warning that names
+    the parts of the key that differ; so is a start of this run that never reached a checkpoint.
+    The directory then records ``key`` and is empty otherwise. (A finished run's state stays: a
+    forced rerun of the same run resumes it at its end and gives the same result.)
+    """
+    key_file = state_dir / KEY
+    recorded = json.loads(key_file.read_text()) if key_file.is_file() else None
+    same_run = recorded is not None and recorded.get("key") == key["key"]
+    if same_run and (state_dir / STATE).is_file() and (state_dir / CHECKPOINT).is_file():
+        return True
+    if state_dir.exists() and any(state_dir.iterdir()):
+        if same_run:
+            why = "it holds no checkpoint yet"
+        elif recorded is None:
+            why = "it records no run key"
+        else:
+            old, new = recorded.get("parts", {}), key["parts"]
+            changed = sorted(p for p in old.keys() | new.keys() if old.get(p) != new.get(p))
+            why = f"its run key differs in: {', '.join(changed) or 'the key itself'}"
+        log.warning("discarding the state in %s: %s; training from the start", state_dir, why)
+        shutil.rmtree(state_dir)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    io.write_json(key_file, key)
+    return False
+
+
+def save_checkpoint(path: Path, model: PPO) -> None:
+    """The model's weights, optimizer state and counters: tensors and numbers, no pickle."""
+    ckpt = {
+        "policy": model.policy.state_dict(),
+        "optimizer": model.policy.optimizer.state_dict(),
+        "num_timesteps": int(model.num_timesteps),
+        "n_updates": int(model._n_updates),
+    }
+    with io.atomic_path(path) as tmp:
+        torch.save(ckpt, tmp)
+
+
+def load_checkpoint(path: Path, model: PPO) -> None:
+    """Restore :func:`save_checkpoint`'s weights and counters into ``model`` (built from the
+    config in force); ``weights_only=True``, so a crafted file cannot run code."""
+    try:
+        ckpt = torch.load(path, map_location=model.device, weights_only=True)
+        model.policy.load_state_dict(ckpt["policy"], strict=True)
+        model.policy.optimizer.load_state_dict(ckpt["optimizer"])
+        model.num_timesteps = int(ckpt["num_timesteps"])
+        model._n_updates = int(ckpt["n_updates"])
+    except Exception as err:  # unpickling refused, truncated file, foreign shapes
+        raise checkpoints.CheckpointError(
+            path, f"cannot resume from it ({type(err).__name__}: {err})"
+        ) from err
+
+
+def _digest(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -1,0 +1,234 @@
+"""One RL training run around the recipe of :mod:`demo2rl.rl.arms`: inputs, resume, the
+evaluation and checkpoint schedule, SIGTERM, logging, and the final save.
+
+Runs are resumable: every ``checkpoint_every`` env steps (and on SIGTERM, e.g. a SLURM
+preemption) the model and the run's state are saved atomically to a state directory beside the
+outputs (:mod:`demo2rl.rl.state`); a restarted job continues from there and stops at
+``rl.total_timesteps``. An uninterrupted run and a resumed one evaluate and checkpoint at the same
+steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.logger import CSVOutputFormat, KVWriter, Logger
+
+from demo2rl import acting, bc, checkpoints, dataset, evaluation, io, policy, seeds, tasks
+from demo2rl.config import PolicyConfig, RLConfig, TaskConfig
+from demo2rl.rl import arms, state
+from demo2rl.rl.progress import LogLines, MetricsSink
+
+log = logging.getLogger(__name__)
+
+PREEMPTED_EXIT_CODE = 75
+"""Exit status of a job stopped by SIGTERM after saving its checkpoint (EX_TEMPFAIL)."""
+
+
+@dataclasses.dataclass
+class RLResult:
+    """What a finished run produced."""
+
+    model: arms.GuidedPPO
+    normalizer: policy.ObsNormalizer
+    evaluations: list[dict[str, float]]
+    timesteps: int
+    resumed: int
+
+
+class Preempted(Exception):
+    """The run received SIGTERM; its checkpoint is saved and rerunning the job resumes it."""
+
+
+def train_rl(
+    *,
+    task: TaskConfig,
+    init: str,
+    demos_path: str | Path,
+    bc_checkpoint: str | Path | None,
+    policy_cfg: PolicyConfig,
+    rl_cfg: RLConfig,
+    base_seed: int,
+    run_seed: int,
+    state_dir: str | Path,
+    key: dict[str, Any],
+    eval_episodes: int,
+    clip_obs: float,
+    threads: int,
+    eval_envs: int,
+    checkpoint_every: int,
+    log_metrics: Callable[[dict[str, float], int], None] | None = None,
+) -> RLResult:
+    """Train one PPO run of an arm (``init``, see :func:`demo2rl.rl.arms.build_model`),
+    resuming from ``state_dir``.
+
+    The arms that use the clone take its observation normalisation from its checkpoint; the
+    scratch arm computes the same from the dataset's statistics with ``clip_obs``
+    (``bc.clip_obs`` in the config). ``key`` (see :func:`demo2rl.rl.state.run_key`) names the
+    run: only state recorded under the same key resumes. Every ``rl.eval_every`` env steps the
+    policy drives ``eval_episodes`` held-out episodes. ``threads`` (subproc workers),
+    ``eval_envs`` and ``checkpoint_every`` change speed and robustness, never the result of an
+    uninterrupted run. ``log_metrics(metrics, step)`` receives every rollout's metrics.
+
+    Raises :class:`Preempted` after checkpointing when SIGTERM arrives.
+    """
+    if init not in arms.ARMS:
+        raise ValueError(f"init must be one of {', '.join(arms.ARMS)}, got {init!r}")
+    torch.set_num_threads(1)  # small MLPs: one thread is fastest and keeps results exact
+    state_dir = Path(state_dir)
+    with state.lock_state_dir(state_dir):  # held until the run ends: no two trainers share it
+        resume = state.claim_state_dir(state_dir, key)
+        demos = dataset.read(demos_path)
+        obs_space, act_space = tasks.spaces(task.env_id, task.env_kwargs)
+        bc.check_dataset(demos, obs_space, act_space, task.env_id)
+        clone = None
+        if init == "scratch":
+            normalizer = arms.dataset_normalizer(demos, clip_obs=clip_obs)
+        elif bc_checkpoint is None:
+            raise ValueError(f"the {init} arm needs a BC checkpoint")
+        else:  # the warm start loads the clone into its own network: that must be the config's
+            clone, normalizer, ckpt = checkpoints.load_checkpoint(
+                bc_checkpoint, obs_space, act_space, policy_cfg if init == "bc" else None
+            )
+            checkpoints.check_dataset_hash(
+                bc_checkpoint, ckpt, demos_path, demos.attrs["content_hash"]
+            )
+        env = arms.make_training_env(task, rl_cfg, normalizer, n_workers=threads)
+        try:  # the env (worker processes with subproc) must not outlive a failed start
+            seed = seeds.rl_seed(base_seed, run_seed)
+            device = policy.resolve_device(rl_cfg.device)
+            model = arms.build_model(
+                init,
+                env,
+                policy_cfg=policy_cfg,
+                rl_cfg=rl_cfg,
+                clone=clone,
+                demos=lambda: arms.demo_tensors(demos, normalizer, act_space, device),
+                seed=seed,
+                device=device,
+            )
+            resumed, evaluations = 0, []
+            if resume:
+                saved = json.loads((state_dir / state.STATE).read_text())
+                state.load_checkpoint(state_dir / state.CHECKPOINT, model)
+                resumed = saved["resumed"] + 1
+                # fresh draws, still in the RL seed block
+                model.set_random_seed(seed + resumed * rl_cfg.n_envs)
+                evaluations = saved["evaluations"]
+                log.info("resuming from step %d (resume #%d)", model.num_timesteps, resumed)
+        except BaseException:
+            env.close()
+            raise
+        eval_seeds = evaluation.heldout_seeds(base_seed, eval_episodes)
+
+        def evaluate() -> dict[str, float]:
+            actor = acting.make_actor(model.policy, normalizer, act_space)
+            result = evaluation.evaluate(
+                task.env_id, task.env_kwargs, actor, eval_seeds, n_envs=eval_envs
+            )
+            return result.info_means()
+
+        schedule = Schedule(
+            model, state_dir, evaluate, evaluations, resumed, rl_cfg.eval_every, checkpoint_every
+        )
+        total = rl_cfg.total_timesteps
+        segment = state_dir / f"progress-{model.num_timesteps:09d}.csv"
+        outputs: list[KVWriter] = [LogLines(total), CSVOutputFormat(str(segment))]
+        if log_metrics is not None:
+            outputs.append(MetricsSink(log_metrics))
+        model.set_logger(Logger(folder=None, output_formats=outputs))
+
+        callback = OnRolloutStart(schedule)
+        previous = signal.signal(signal.SIGTERM, lambda *_: setattr(callback, "stop", True))
+        start = time.perf_counter()
+        try:
+            if model.critic_warmup > model.num_timesteps:
+                log.info("critic warm-up: actor frozen for %d env steps", model.critic_warmup)
+            if model.num_timesteps < total:
+                model.learn(
+                    total - model.num_timesteps, callback=callback, reset_num_timesteps=False
+                )
+            if callback.stop:
+                schedule.save(callback.steps_at_rollout_start)
+                raise Preempted(f"SIGTERM: checkpoint at step {callback.steps_at_rollout_start}")
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+            env.close()
+        end = model.num_timesteps
+        schedule.maybe_evaluate(end, force=schedule.last_eval != end)
+        schedule.save(model.num_timesteps)
+        log.info("trained %d env steps in %.1f s", model.num_timesteps, time.perf_counter() - start)
+        return RLResult(model, normalizer, schedule.evaluations, model.num_timesteps, resumed)
+
+
+class OnRolloutStart(BaseCallback):
+    """At each rollout start (after an update): evaluate and checkpoint when due; stop the
+    rollout when SIGTERM arrived (the run then saves the state of that rollout start)."""
+
+    def __init__(self, schedule: Schedule) -> None:
+        super().__init__()
+        self.schedule = schedule
+        self.stop = False
+        self.steps_at_rollout_start = 0
+
+    def _on_rollout_start(self) -> None:
+        self.steps_at_rollout_start = self.num_timesteps
+        self.schedule.maybe_evaluate(self.num_timesteps)
+        self.schedule.maybe_checkpoint(self.num_timesteps)
+
+    def _on_step(self) -> bool:
+        return not self.stop
+
+
+class Schedule:
+    """When a run evaluates (every ``eval_every`` env steps, and at the end) and checkpoints
+    (every ``checkpoint_every``), counted from step 0 across resumes; and the saving itself."""
+
+    def __init__(
+        self,
+        model: arms.GuidedPPO,
+        state_dir: Path,
+        evaluate: Callable[[], dict[str, float]],
+        evaluations: list[dict[str, float]],
+        resumed: int,
+        eval_every: int,
+        checkpoint_every: int,
+    ) -> None:
+        self.model, self.state_dir, self.evaluate = model, state_dir, evaluate
+        self.evaluations, self.resumed = evaluations, resumed
+        self.eval_every, self.checkpoint_every = eval_every, checkpoint_every
+        self.last_eval = int(evaluations[-1]["step"]) if evaluations else -1
+        self.last_checkpoint = model.num_timesteps
+
+    def maybe_evaluate(self, step: int, force: bool = False) -> None:
+        if not force and self.last_eval >= 0 and step - self.last_eval < self.eval_every:
+            return
+        row = {"step": float(step), **self.evaluate()}
+        self.evaluations.append(row)
+        self.last_eval = step
+        for key, value in row.items():
+            if key != "step":
+                self.model.logger.record(f"eval/{key}", value)
+        log.info("eval at step %d: return %.2f", step, row["return_mean"])
+
+    def maybe_checkpoint(self, step: int, force: bool = False) -> None:
+        if force or step - self.last_checkpoint >= self.checkpoint_every:
+            self.save(step)
+
+    def save(self, step: int) -> None:
+        """Weights then state, each atomically: a kill in between loses nothing that matters."""
+        self.model.num_timesteps = step
+        state.save_checkpoint(self.state_dir / state.CHECKPOINT, self.model)
+        saved = {"timesteps": step, "evaluations": self.evaluations, "resumed": self.resumed}
+        io.write_json(self.state_dir / state.STATE, saved)
+        self.last_checkpoint = step
+        log.info("checkpoint at step %d -> %s", step, self.state_dir)
