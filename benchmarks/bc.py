@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from demo2rl import bc, collect, dataset, provenance
+from demo2rl import bc, bc_data, collect, dataset, provenance
 from demo2rl.config import BCConfig, PolicyConfig
 from demo2rl.config import load as load_config
 from demo2rl.io import write_json
@@ -288,7 +288,7 @@ def machine(device: torch.device) -> dict[str, Any]:
     info = {
         "cores": os.cpu_count(),
         "cpu_model": cpu,
-        "memory_available_gib": round(bc.available_memory() / 2**30, 1),
+        "memory_available_gib": round(bc_data.available_memory() / 2**30, 1),
         "platform": platform.platform(),
     }
     if device.type == "cuda":

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from demo2rl import acting, bc, collect, dataset, plots, rollout, seeds, tasks
+from demo2rl import acting, bc, bc_data, collect, dataset, plots, rollout, seeds, tasks
 from demo2rl import policy as P
 
 ENV_ID = "Racing-v0"
@@ -125,8 +125,10 @@ def test_early_stopping_keeps_the_best_weights(racing_demos, caplog):
     valid = [r["valid_nll"] for r in result.history]
     assert result.best_epoch == 1 + int(np.argmin(valid))
     assert result.best_valid_nll == min(valid)
-    with bc._open_split_dataset(racing_demos) as data:  # the returned policy is the best epoch's
-        loader = bc._MemoryLoader(
+    with bc_data.open_split_dataset(
+        racing_demos
+    ) as data:  # the returned policy is the best epoch's
+        loader = bc_data.MemoryLoader(
             *data.load(data.valid_mask, result.normalizer, result.action_space), torch.device("cpu")
         )
     assert math.isclose(bc.evaluate_nll(result.policy, loader), min(valid), rel_tol=1e-6)

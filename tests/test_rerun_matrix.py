@@ -82,6 +82,7 @@ MODULES: dict[str, list[str]] = {
     "demo2rl.guidance": ["train_rl"],
     "demo2rl.evaluation": TRAINING,
     "demo2rl.bc": ["train_bc", "train_rl"],
+    "demo2rl.bc_data": ["train_bc", "train_rl"],
     "demo2rl.rl": ["train_rl"],
     "demo2rl.rl.arms": ["train_rl"],
     "demo2rl.rl.progress": ["train_rl"],

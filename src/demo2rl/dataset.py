@@ -1,5 +1,8 @@
 """The demonstration dataset: one HDF5 file, columnar, self-describing.
 
+(About 400 lines, on purpose: the file format is one module, reader, writer, merge and content
+hash together, so that a change to the format is made, and reviewed, in one place.)
+
 Layout (``FORMAT_VERSION`` 1)::
 
     /steps/observations      (T, *obs_shape)   per-step arrays, episodes concatenated in order

@@ -226,6 +226,10 @@ def actor_spec(policy: ActorCriticPolicy) -> dict[str, Any]:
 # observation normalisation
 
 
+OBS_EPSILON = 1e-8
+"""Epsilon of the observation normalisation (VecNormalize's default)."""
+
+
 @dataclasses.dataclass
 class ObsNormalizer:
     """Frozen observation normalisation, numerically identical to SB3's ``VecNormalize``."""

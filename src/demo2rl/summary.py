@@ -1,5 +1,7 @@
 """Comparing the policies on the held-out evaluation: rliable's aggregates with bootstrap intervals.
 
+(About 360 lines: the statistics and the tables built from them; the figures are plots.py.)
+
 Every policy drove the same held-out tracks (one episode per evaluation seed), so each policy
 group has a score matrix ``(runs, tracks)`` in rliable's ``(num_runs, num_tasks)`` layout: one run
 for the expert and for the clone, one run per seed for each RL arm. On it:

@@ -1,5 +1,8 @@
 """Racing-v0: a batched kinematic-bicycle racing simulator and its gymnasium adapters.
 
+(About 450 lines, on purpose: the dynamics, observation and reward of the task read top to
+bottom in one file; the tracks are envs/tracks.py, the SB3 VecEnv envs/sb3.py.)
+
 ``RacingCore`` steps N cars at once with plain numpy on contiguous 1-D float64 arrays, one track
 per car. Every per-car result is bitwise independent of N and of the car's position in the batch
 (no BLAS, no reductions across cars, transcendental ufuncs only on contiguous 1-D inputs), so the

@@ -74,7 +74,7 @@ def dataset_normalizer(demos: dataset.Demos, clip_obs: float) -> policy.ObsNorma
     """The scratch arm's normalisation: what BC fits from the training split's statistics (the
     other arms take it from the clone's checkpoint)."""
     std = demos.stats["obs_std"]
-    return policy.ObsNormalizer(demos.stats["obs_mean"], std * std, clip_obs, bc.OBS_EPSILON)
+    return policy.ObsNormalizer(demos.stats["obs_mean"], std * std, clip_obs, policy.OBS_EPSILON)
 
 
 # --------------------------------------------------------------------------------------------
