@@ -16,8 +16,7 @@ rule collect_shard:
     params:
         tracking=TRACKING,
         task=config["task"],
-        n_episodes=config["collect"]["n_episodes"],
-        n_shards=config["collect"]["n_shards"],
+        collect={k: config["collect"][k] for k in ("n_episodes", "n_shards")},
         seed=config["seed"],
         code=code("collect_shard", task=True),
     script:
@@ -41,8 +40,7 @@ rule merge_demos:
         runtime=15,
     params:
         tracking=TRACKING,
-        n_episodes=config["collect"]["n_episodes"],
-        valid_fraction=config["collect"]["valid_fraction"],
+        collect={k: config["collect"][k] for k in ("n_episodes", "valid_fraction")},
         code=code("merge_demos"),
     script:
         "../scripts/merge_demos.py"

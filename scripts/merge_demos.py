@@ -7,7 +7,7 @@ with job(snakemake, stage="merge", run_name="merge-demos") as run:
     stage.merge_demos(
         shards=list(snakemake.input),
         out=snakemake.output[0],
-        n_episodes=snakemake.params.n_episodes,
-        valid_fraction=snakemake.params.valid_fraction,
+        n_episodes=snakemake.params.collect["n_episodes"],
+        valid_fraction=snakemake.params.collect["valid_fraction"],
         run=run,
     )

@@ -36,7 +36,7 @@ from demo2rl import dataset
 from demo2rl.dataset import DatasetError, Demos
 from demo2rl.policy import OBS_EPSILON, ObsNormalizer, scale_actions
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("demo2rl.bc")  # BC's log lines, under one name as before the split
 
 STREAM_BUFFER_BYTES = 32 << 20
 """Target size of one shuffled buffer of HDF5 blocks on the streaming path."""

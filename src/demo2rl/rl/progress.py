@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 from stable_baselines3.common.logger import KVWriter
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(__package__)  # "demo2rl.rl", as in every job log before the split
 
 
 class LogLines(KVWriter):

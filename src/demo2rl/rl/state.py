@@ -28,7 +28,7 @@ from stable_baselines3 import PPO
 
 from demo2rl import checkpoints, io
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(__package__)  # "demo2rl.rl", as in every job log before the split
 
 CHECKPOINT = "checkpoint.pt"
 STATE = "state.json"

@@ -28,7 +28,7 @@ from demo2rl.config import PolicyConfig, RLConfig, TaskConfig
 from demo2rl.rl import arms, state
 from demo2rl.rl.progress import LogLines, MetricsSink
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(__package__)  # "demo2rl.rl", as in every job log before the split
 
 PREEMPTED_EXIT_CODE = 75
 """Exit status of a job stopped by SIGTERM after saving its checkpoint (EX_TEMPFAIL)."""
