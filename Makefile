@@ -9,10 +9,10 @@ SNAKEMAKE := $(BIN)/snakemake
 PORT ?= 5000
 RESULTS_DIR ?= results
 
-.PHONY: venv run test lint format report ui bench diagnose clean help
+.PHONY: venv run test test-fast lint format report ui bench diagnose clean help
 
 help:  ## list the targets
-	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-9s %s\n", $$1, $$2}'
 
 venv: $(STAMP)  ## create .venv with the pinned dependencies and demo2rl (editable)
 
@@ -36,8 +36,20 @@ ui: venv  ## MLflow UI of results/mlflow.db on 127.0.0.1:PORT (default 5000); Ct
 		--backend-store-uri sqlite:///$(abspath $(RESULTS_DIR)/mlflow.db) \
 		--artifacts-destination $(abspath $(RESULTS_DIR)/mlartifacts)
 
-test: venv lint  ## unit + integration tests, snakemake --lint, snakefmt --check, ruff
-	$(BIN)/python -m pytest
+# pytest-xdist: `make test` runs 4 workers on 2 cores, as much of the suite waits (on
+# subprocesses, servers, the SLURM cluster) rather than computes; tests that share a module's
+# expensive fixture stay on one worker (--dist loadgroup: tests/conftest.py's GROUPS), and
+# the long tests start first (conftest's order, kept by --no-loadscope-reorder). The unit tests
+# only compute: 2 workers. WORKERS=0 runs everything in this process, in the files' order.
+WORKERS ?= 4
+FAST_WORKERS ?= 2
+XDIST = --dist loadgroup --no-loadscope-reorder
+
+test: venv lint  ## lint, then every test: unit + integration (real workflow, MLflow, SLURM, Chromium)
+	$(BIN)/python -m pytest -n $(WORKERS) $(XDIST)
+
+test-fast: venv  ## unit tests only (no workflow runs, servers or cluster): the edit-test loop
+	$(BIN)/python -m pytest -n $(FAST_WORKERS) $(XDIST) -m "not integration and not slow"
 
 lint: venv  ## static checks only
 	$(BIN)/ruff check src scripts tests benchmarks

@@ -1,20 +1,31 @@
-"""Shared fixtures: the repository paths and a runner for the real Snakemake workflow."""
+"""Shared fixtures: the repository paths, a runner for the real Snakemake workflow, the one
+finished run of the test config that every worker shares, and the order and grouping of the
+tests for pytest-xdist (``make test`` runs them on several workers)."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import NoReturn
 
 import pytest
+from filelock import FileLock
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 TEST_CONFIG = REPO / "config" / "test.yaml"
 ON_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 """CI sets CI=true: there a real component that cannot start is a failure, never a skip."""
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # workers share the cores: one OpenMP/BLAS thread each by default (in the jobs they start
+    # too), else idle threads spin on cores the other workers need. Results never depend on it:
+    # the code sets torch's threads itself wherever they could matter.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def unavailable(reason: str) -> NoReturn:
@@ -41,9 +52,128 @@ def snakemake(
     return proc
 
 
+# --------------------------------------------------------------------------------------------
+# the finished run of the test config, made once per session (by one worker of several)
+
+
+def session_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory of this test session that every pytest-xdist worker sees: the parent of the
+    workers' own temporary directories (basetemp/gw0, ...), or basetemp without workers."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 @pytest.fixture(scope="session")
 def test_workflow(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The test config run once, end to end, with 2 cores; returns its working directory."""
-    workdir = tmp_path_factory.mktemp("workflow")
-    snakemake(workdir, "--cores", "2", "--configfile", str(TEST_CONFIG))
+    """The test config run once, end to end, with 2 cores; returns its working directory.
+
+    One run serves the whole session: the first worker to ask makes it while the others wait
+    (a file lock), and a run that failed fails every test that asks for it, with its output,
+    without being tried again. Tests only read it, or run dry runs in it (Snakemake locks
+    nothing for those); a test that reruns jobs works on a copy (:func:`copy_run`)."""
+    root = session_dir(tmp_path_factory)
+    workdir = root / "workflow"
+    outcome = root / "workflow.json"
+    with FileLock(root / "workflow.lock"):
+        if not outcome.exists():
+            try:
+                workdir.mkdir()
+                snakemake(workdir, "--cores", "2", "--configfile", str(TEST_CONFIG))
+            except BaseException as err:
+                outcome.write_text(json.dumps({"error": f"{type(err).__name__}: {err}"}))
+                raise
+            outcome.write_text(json.dumps({"error": None}))
+    error = json.loads(outcome.read_text())["error"]
+    if error:
+        pytest.fail(f"the session's run of the test config failed:\n{error}", pytrace=False)
     return workdir
+
+
+SNAKEMAKE_SCRATCH = (".snakemake/iocache", ".snakemake/log")
+"""What Snakemake writes and deletes in a finished run's directory even during dry runs and
+summaries, which other workers may be running in the shared run while it is copied."""
+
+
+def copy_run(workdir: Path, dest: Path, *ignore: str) -> Path:
+    """Copy the finished run in ``workdir`` (outputs with their modification times, and
+    Snakemake's records) to ``dest``, leaving out the names matching ``ignore`` and Snakemake's
+    scratch files; ``dest`` is then a run of its own that jobs may rerun in."""
+    skip = shutil.ignore_patterns(*ignore)
+
+    def ignored(directory: str, names: list[str]) -> set[str]:
+        rel = Path(directory).relative_to(workdir)
+        scratch = {n for n in names if (rel / n).as_posix() in SNAKEMAKE_SCRATCH}
+        return scratch | set(skip(directory, names))
+
+    shutil.copytree(workdir, dest, ignore=ignored)
+    return dest
+
+
+# --------------------------------------------------------------------------------------------
+# order and groups for pytest-xdist (`make test`: -n N --dist loadgroup --no-loadscope-reorder)
+
+GROUPS = {
+    "test_slurm.py": "slurm",  # one cluster and one SLURM run for the module
+    "test_mlflow_server.py": "mlflow-server",  # module-scoped servers and their workflow run
+    "test_rerun_matrix.py": "rerun-matrix",  # the matrix: every case, once, for four tests
+    "test_speed_settings.py": "speed-settings",  # one run with other speed settings
+    "test_rl.py": "rl",  # a dataset and clones trained per module: seconds a worker
+    "test_tracking.py": "tracking",  # a store per module: seconds of migrations a worker
+}
+"""Modules whose tests share an expensive module-scoped fixture (or a cluster): each goes to one
+worker as a whole, else every worker that gets one of its tests would build the fixture."""
+
+FIRST = {
+    "test_workflow.py::test_dataset_is_merged_from_the_shards": 0,  # starts the shared run
+    "test_slurm.py": 1,
+    "test_speed_settings.py": 1,
+    "test_faults.py::test_sigkill_while_writing_shard_dataset_and_clone_then_rerun_incomplete": 1,
+    "test_workflow.py::test_classic_control_example_config_runs": 1,
+    "test_workflow.py::test_discrete_action_example_config_runs": 1,
+    "test_faults.py::test_a_task_whose_every_return_is_0_runs_end_to_end_without_dividing_by_0": 2,
+    "test_mlflow_server.py": 2,
+    "test_rerun_matrix.py": 3,
+    "test_reruns.py": 3,
+    "test_mlflow_ui.py": 4,
+    "test_rl.py": 5,
+}
+"""Scheduling ranks (lower starts sooner): the shared run first; then the long tests that do not
+need it, so that its minutes are not spent waiting; then the long ones that do. Integration
+tests not named here rank 5, unit tests 6 (test_rl.py, the longest of them, 5): short tests to
+fill the gaps at the end."""
+
+
+def rank(item: pytest.Item) -> int:
+    path = Path(item.path).name
+    name = f"{path}::{item.originalname}" if hasattr(item, "originalname") else item.nodeid
+    for key in (name, path):
+        if key in FIRST:
+            return FIRST[key]
+    return 5 if item.get_closest_marker("integration") else 6
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, the order in which the tests are handed out (each worker collects;
+    the scheduler keeps the order with --no-loadscope-reorder). Plain pytest keeps the files'
+    order."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=rank)  # stable: within a rank, the files' own order
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """For --dist loadgroup: xdist's LoadGroupScheduling, with the groups of :data:`GROUPS`.
+
+    pytest-xdist 3.8 tells the scheduler a test's xdist_group by appending it to the test's
+    node id, which pytest 9.2's structured node ids no longer allow: the marks are silently
+    ignored (pytest-dev/pytest-xdist#1386). The scheduler is given the groups here instead, by
+    file, from the node ids it sees."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class ByModule(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            group = GROUPS.get(Path(nodeid.split("::", 1)[0]).name)
+            return f"group:{group}" if group else super()._split_scope(nodeid)
+
+    return ByModule(config, log)

@@ -230,12 +230,13 @@ def dry_run(workdir: Path, target: str) -> str:
     return proc.stdout + proc.stderr
 
 
-def test_sigkill_while_writing_shard_dataset_and_clone_then_rerun_incomplete(
-    tmp_path, test_workflow
-):
+def test_sigkill_while_writing_shard_dataset_and_clone_then_rerun_incomplete(tmp_path, request):
     """SIGKILL the workflow while a collection job writes its shard, then while the merge writes
     the dataset, then while BC writes the clone; `--rerun-incomplete` then gives what an
-    uninterrupted run gave (the session's test_workflow), bit for bit."""
+    uninterrupted run gave (the session's test_workflow), bit for bit. (The session's run is
+    asked for once this test needs it: the kills go on while another worker makes it.)"""
+    kills: list[tuple[str, KilledWrite, Path]] = []
+    whole: dict[str, str] = {}  # outputs that finished before a kill: their content hash
     for outputs, rule, target in (
         (SHARDS, "collect_shard", SHARDS),
         ([DEMOS], "merge_demos", [DEMOS]),
@@ -243,8 +244,7 @@ def test_sigkill_while_writing_shard_dataset_and_clone_then_rerun_incomplete(
     ):
         killed = kill_while_writing(tmp_path, outputs, rule, *target, "--rerun-incomplete")
         final = killed.tmp.with_name(re.sub(r"^\.(.+)\.tmp-\d+$", r"\1", killed.tmp.name))
-        complete = (test_workflow / final.relative_to(tmp_path)).stat().st_size
-        print(f"killed {rule} writing {final.name}: {killed.at_kill} of {complete} bytes")
+        kills.append((rule, killed, final.relative_to(tmp_path)))
         # the writer died between creating and renaming its file, with data written: the
         # half-written temporary file is left behind (no cleanup runs on SIGKILL), under a name
         # that no rule declares, and nothing has the output's name
@@ -257,16 +257,21 @@ def test_sigkill_while_writing_shard_dataset_and_clone_then_rerun_incomplete(
             # an output that exists is either the work of a job that the kill interrupted
             # (Snakemake knows it as incomplete and will not use it) or of one that finished
             # before the kill (another shard's job): then it is whole, equal to the reference
+            # (compared below)
             listed = set(dry_run(tmp_path, target[0]).partition("Incomplete files:")[2].split())
             for path in set(done) - listed:
                 assert path.endswith(".h5"), f"{path} not marked incomplete: {sorted(listed)}"
-                assert (
-                    dataset.read(tmp_path / path, verify=True).attrs["content_hash"]
-                    == dataset.read(test_workflow / path).attrs["content_hash"]
-                ), f"{path} is neither marked incomplete nor whole"
+                whole[path] = dataset.read(tmp_path / path, verify=True).attrs["content_hash"]
     snakemake(
         tmp_path, "--configfile", str(TEST_CONFIG), "--cores", "2", "--rerun-incomplete", BC_TARGET
     )
+    test_workflow: Path = request.getfixturevalue("test_workflow")
+    for rule, killed, rel in kills:
+        complete = (test_workflow / rel).stat().st_size
+        print(f"killed {rule} writing {rel.name}: {killed.at_kill} of {complete} bytes")
+    for path, content_hash in whole.items():
+        reference = dataset.read(test_workflow / path).attrs["content_hash"]
+        assert content_hash == reference, f"{path} is neither marked incomplete nor whole"
     ours, ref = (p / "results" / EXP for p in (tmp_path, test_workflow))
     for path in [*SHARDS, DEMOS]:
         name = Path(path).name

@@ -1,27 +1,30 @@
 """Reruns touch exactly what a change touches, reproduce fresh runs bit for bit, and resume
 only their own state (real runs).
 
-A copy of the workflow (Snakefile, rules, scripts, config, library source) runs the test config
-once in a fresh directory (`tree`). Dry runs check that nothing, or only the edited rule, would
-rerun; the same run, compared with the session's `test_workflow` run, checks that two fresh runs
-agree.
+A copy of the workflow (Snakefile, rules, scripts, config, library source) holds a copy of the
+session's finished run of the test config (`tree`): a fresh run, made in an empty directory.
+Dry runs check that nothing, or only the edited rule, would rerun. (That a second fresh run
+gives the same results bit for bit, even with other speed settings, is
+tests/test_speed_settings.py.)
 
-Executed reruns: a copy of that finished run (`chain`) goes through one change at a time, each
-as two executed reruns (`--cores 2`): first to the changed state (an RL or BC hyperparameter, the
-RL budget, the number of demonstrations, an edit of the RL code), then the one thing changed back.
+Executed reruns: each case takes its own copy of `tree` (`chain`) through one change, as two
+executed reruns (`--cores 2`): first to the changed state (an RL or BC hyperparameter, the RL
+budget, the number of demonstrations, an edit of the RL code), then the one thing changed back.
 The second rerun starts from a finished run of another config or code, with its stale RL state
-on disk, and ends at the test config, whose fresh run in an empty directory is `tree`: every
-compared output must equal that run's bit for bit (dataset content hash, BC and RL weights, RL
-progress and evaluation tables without their wall-clock columns, the final evaluations without
-their timings and versions), the jobs the change does not concern must leave their files
-untouched, and every rerun RL job must log that it discarded the other run's state, naming the
-parts of the run key that differ, instead of resuming it. The first rerun is checked to change
-the results, so that a comparison cannot pass by doing nothing. (That a preempted run resumes
-its own state to the budget is tests/test_rl.py's SIGTERM case.)
+on disk, and ends at the test config, whose fresh run is `tree`: every compared output must
+equal that run's bit for bit (dataset content hash, BC and RL weights, RL progress and
+evaluation tables without their wall-clock columns, the final evaluations without their timings
+and versions), the jobs the change does not concern must leave their files untouched, and every
+rerun RL job must log that it discarded the other run's state, naming the parts of the run key
+that differ, instead of resuming it. The first rerun is checked to change the results, so that
+a comparison cannot pass by doing nothing. (That a preempted run resumes its own state to the
+budget is tests/test_rl.py's SIGTERM case.)
 
-For speed (every job starts Python, torch and MLflow afresh): changing back makes one fresh run
-the reference of every case, instead of a fresh run per changed state; reruns name the compared
-outputs as targets, not the report; the first rerun of a case skips the evaluations.
+For speed (every job starts Python, torch and MLflow afresh): changing back makes the session's
+fresh run the reference of every case; reruns name the compared outputs as targets, not the
+report; the first rerun of a case skips the evaluations; and each case reruns the RL runs of one
+or two arms (every arm in at least one case: the run key and its check are the same code for
+all of them), while the jobs a case must leave alone are targets too.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from conftest import REPO, TEST_CONFIG, snakemake
+from conftest import REPO, TEST_CONFIG, copy_run, snakemake
 
 from demo2rl import dataset
 from demo2rl.groups import ARMS
@@ -50,18 +53,24 @@ TREE = ("Snakefile", "rules", "scripts", "config", "report", "envs", "src", "pro
 
 
 @pytest.fixture(scope="module")
-def tree(tmp_path_factory) -> Path:
-    """A copy of the workflow and library, run once on the test config in tree/work."""
+def tree(test_workflow, tmp_path_factory) -> Path:
+    """A copy of the workflow and library, with a copy of the session's finished run of the
+    test config in tree/work."""
     root = tmp_path_factory.mktemp("tree")
-    for name in TREE:
-        src = REPO / name
-        if src.is_dir():
-            shutil.copytree(src, root / name, ignore=shutil.ignore_patterns("__pycache__"))
-        elif src.exists():
-            shutil.copy2(src, root / name)
-    (root / "work").mkdir()
-    run(root, "--cores", "2")
+    copy_workflow(REPO, root)
+    copy_run(test_workflow, root / "work")
     return root
+
+
+def copy_workflow(src: Path, dest: Path) -> None:
+    """The files of ``TREE`` (with their modification times: the scripts stay older than the
+    outputs, as in the repository)."""
+    for name in TREE:
+        path = src / name
+        if path.is_dir():
+            shutil.copytree(path, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+        elif path.exists():
+            shutil.copy2(path, dest / name)
 
 
 def run(root: Path, *args: str, config: Path | None = None, check: bool = True):
@@ -127,22 +136,6 @@ def test_comment_only_script_edit_reruns_that_rule(tree):
     assert "collect_shard" not in jobs
 
 
-def test_two_fresh_runs_give_identical_results(tree, test_workflow):
-    a = test_workflow / "results" / EXP
-    b = tree / "work" / "results" / EXP
-    hashes = [dataset.read(p / "demos" / "demos.h5").attrs["content_hash"] for p in (a, b)]
-    assert hashes[0] == hashes[1]
-    for rel in ["bc/policy.pt"] + [
-        f"rl/{init}/seed-{s}/policy.pt" for init in ARMS for s in CONFIG["rl"]["seeds"]
-    ]:
-        sa, sb = (torch.load(p / rel, weights_only=True)["state_dict"] for p in (a, b))
-        for key in sa:
-            assert torch.equal(sa[key], sb[key]), f"{rel}: {key} differs"
-    for s in CONFIG["rl"]["seeds"]:
-        rel = f"rl/bc/seed-{s}/evaluations.csv"
-        assert pd.read_csv(a / rel).equals(pd.read_csv(b / rel)), rel
-
-
 def test_dataset_hash_does_not_depend_on_the_number_of_shards(tree, test_workflow):
     jobs_config = changed("collect.n_shards", 1)
     jobs_config["collect"]["n_envs"] = 7
@@ -174,20 +167,7 @@ def test_dataset_hash_does_not_depend_on_the_number_of_shards(tree, test_workflo
 # --------------------------------------------------------------------------------------------
 # executed reruns, compared bit for bit with the fresh run of the test config in `tree`
 
-INITS = ARMS
 SEEDS = CONFIG["rl"]["seeds"]
-RL_RUNS = [f"rl/{init}/seed-{seed}" for init in INITS for seed in SEEDS]
-POLICIES = [f"{run_dir}/policy.pt" for run_dir in RL_RUNS]
-COMPARED = [
-    "demos/demos.h5",
-    "bc/policy.pt",
-    *(f"{run_dir}/{name}" for run_dir in RL_RUNS for name in ("policy.pt", "progress.csv")),
-    *(f"{run_dir}/evaluations.csv" for run_dir in RL_RUNS),
-    "eval/expert.json",
-    "eval/bc.json",
-    *(f"eval/rl-{init}-seed{seed}.json" for init in INITS for seed in SEEDS),
-]
-"""The outputs a rerun is compared on: those of every job that one of the cases reruns."""
 VOLATILE = {"seconds", "versions", "code_revision"}
 """Entries of evaluation files and checkpoint metadata that equal runs need not share."""
 WALL_CLOCK = {"time/fps", "time/time_elapsed"}
@@ -199,27 +179,54 @@ RL_ONLY = [*UPSTREAM, *EXPERT, "bc/*", "logs/train_bc.log", "eval/bc.json", "log
 DISCARDED = re.compile(r"discarding the state in \S+: its run key differs in: (.+); training from")
 
 
-@pytest.fixture(scope="module")
-def chain(tree, tmp_path_factory) -> Path:
-    """A copy of `tree` after its run: outputs, their timestamps and Snakemake's records."""
-    root = tmp_path_factory.mktemp("chain")
-    for name in (*TREE, "work"):
-        src = tree / name
-        if src.is_dir():
-            shutil.copytree(src, root / name, ignore=shutil.ignore_patterns("__pycache__"))
-        elif src.exists():
-            shutil.copy2(src, root / name)
-    return root
+def rl_runs(arms: Sequence[str]) -> list[str]:
+    return [f"rl/{arm}/seed-{seed}" for arm in arms for seed in SEEDS]
+
+
+def policies(arms: Sequence[str]) -> list[str]:
+    return [f"{run_dir}/policy.pt" for run_dir in rl_runs(arms)]
+
+
+def compared(arms: Sequence[str]) -> list[str]:
+    """The outputs a case compares with the fresh run: the dataset, the clone, the RL runs of
+    ``arms`` and the final evaluations of these, of the clone and of the expert."""
+    return [
+        "demos/demos.h5",
+        "bc/policy.pt",
+        *(
+            f"{run_dir}/{name}"
+            for run_dir in rl_runs(arms)
+            for name in ("policy.pt", "progress.csv", "evaluations.csv")
+        ),
+        "eval/expert.json",
+        "eval/bc.json",
+        *(f"eval/rl-{arm}-seed{seed}.json" for arm in arms for seed in SEEDS),
+    ]
+
+
+RERUN_ARMS = {
+    "rl_learning_rate": ["bc"],
+    "doubled_rl_budget": ["scratch"],
+    "halved_rl_budget": ["kickstart"],
+    "bc_learning_rate": ["kickstart"],
+    "more_episodes": ["bc", "scratch"],
+    "rl_code_edit": ["residual"],
+}
+"""The arms whose RL runs each case reruns and compares (one or two: each RL job costs seconds
+of start-up); together, every arm."""
+
+
+def test_the_cases_rerun_every_arm():
+    assert sorted({arm for arms in RERUN_ARMS.values() for arm in arms}) == sorted(ARMS)
 
 
 @pytest.fixture
-def at_base(chain) -> Path:
-    """The chain at the test config; what a case that failed half way changed is undone first."""
-    unfinished = chain / "unfinished"
-    if unfinished.exists():
-        rerun(chain, CONFIG, COMPARED)
-    unfinished.touch()
-    return chain
+def chain(tree, tmp_path) -> Path:
+    """This case's own copy of `tree`: the code, and the finished run with its outputs' times
+    and Snakemake's records."""
+    copy_workflow(tree, tmp_path)
+    copy_run(tree / "work", tmp_path / "work")
+    return tmp_path
 
 
 def results_of(root: Path) -> Path:
@@ -305,49 +312,55 @@ def discarded_parts(log: str) -> set[str] | None:
     return set(found[0].split(", ")) if found else None
 
 
-def change_back(root: Path, tree: Path, untouched: list[str], discarded: dict[str, set]) -> None:
-    """Rerun the test config and compare with its fresh run in `tree`; the RL runs of each arm
-    in `discarded` must have rerun, discarding the state they found for the key parts given."""
+def change_back(
+    root: Path, tree: Path, arms: Sequence[str], untouched: list[str], discarded: dict[str, set]
+) -> None:
+    """Rerun the test config for the outputs :func:`compared` names and compare them with its
+    fresh run in `tree`; the RL runs of each arm in `discarded` must have rerun, discarding the
+    state they found for the key parts given."""
     results = results_of(root)
-    logs = {d: rl_log(results, d) for d in RL_RUNS if d.split("/")[1] in discarded}
+    logs = {d: rl_log(results, d) for d in rl_runs(arms) if d.split("/")[1] in discarded}
     before = {run_dir: log.stat().st_mtime_ns for run_dir, log in logs.items()}
-    rerun(root, CONFIG, COMPARED, untouched)
+    rerun(root, CONFIG, compared(arms), untouched)
     for run_dir, log in logs.items():
         assert log.stat().st_mtime_ns != before[run_dir], f"{run_dir} did not rerun"
         text = log.read_text()
         assert discarded_parts(text) == discarded[run_dir.split("/")[1]], text
         assert "resuming from step" not in text, text
-    for rel in COMPARED:
+    for rel in compared(arms):
         assert_same(comparable(results / rel), comparable(results_of(tree) / rel), rel)
-    (root / "unfinished").unlink()
 
 
-def test_rl_learning_rate_change_discards_the_stale_state(at_base, tree):
+def test_rl_learning_rate_change_discards_the_stale_state(chain, tree):
     """The case that went wrong: the rerun resumed the other run's state, and kept its weights."""
-    rerun(at_base, changed("rl.ppo.learning_rate", 1e-3), POLICIES, RL_ONLY)
-    assert_changed(results_of(at_base), results_of(tree), POLICIES)
-    change_back(at_base, tree, RL_ONLY, {key: {"config"} for key in ARMS})
+    arms = RERUN_ARMS["rl_learning_rate"]
+    rerun(chain, changed("rl.ppo.learning_rate", 1e-3), policies(arms), RL_ONLY)
+    assert_changed(results_of(chain), results_of(tree), policies(arms))
+    change_back(chain, tree, arms, RL_ONLY, {arm: {"config"} for arm in arms})
 
 
-def test_doubled_rl_budget(at_base, tree):
+def test_doubled_rl_budget(chain, tree):
     """From a finished run of half the RL budget to the test config's."""
+    arms = RERUN_ARMS["doubled_rl_budget"]
     half = changed("rl.total_timesteps", CONFIG["rl"]["total_timesteps"] // 2)
-    rerun(at_base, half, POLICIES, RL_ONLY)
-    assert_changed(results_of(at_base), results_of(tree), POLICIES)
-    change_back(at_base, tree, RL_ONLY, {key: {"config"} for key in ARMS})
+    rerun(chain, half, policies(arms), RL_ONLY)
+    assert_changed(results_of(chain), results_of(tree), policies(arms))
+    change_back(chain, tree, arms, RL_ONLY, {arm: {"config"} for arm in arms})
 
 
-def test_halved_rl_budget(at_base, tree):
+def test_halved_rl_budget(chain, tree):
     """From a finished run of twice the RL budget to the test config's."""
+    arms = RERUN_ARMS["halved_rl_budget"]
     doubled = changed("rl.total_timesteps", 2 * CONFIG["rl"]["total_timesteps"])
-    rerun(at_base, doubled, POLICIES, RL_ONLY)
-    assert_changed(results_of(at_base), results_of(tree), POLICIES)
-    change_back(at_base, tree, RL_ONLY, {key: {"config"} for key in ARMS})
+    rerun(chain, doubled, policies(arms), RL_ONLY)
+    assert_changed(results_of(chain), results_of(tree), policies(arms))
+    change_back(chain, tree, arms, RL_ONLY, {arm: {"config"} for arm in arms})
 
 
-def test_bc_learning_rate_reruns_bc_and_the_warm_started_arm_only(at_base, tree):
-    """The clone changes, so do the arms that use it (their key's input); the scratch arm is
-    left alone."""
+def test_bc_learning_rate_reruns_bc_and_the_warm_started_arm_only(chain, tree):
+    """The clone changes, so does an arm that uses it (its key's input); the scratch arm, a
+    target too, is left alone."""
+    arms = [*RERUN_ARMS["bc_learning_rate"], "scratch"]
     scratch_arm = [
         *UPSTREAM,
         *EXPERT,
@@ -356,33 +369,34 @@ def test_bc_learning_rate_reruns_bc_and_the_warm_started_arm_only(at_base, tree)
         "logs/train_rl/scratch-*",
         "logs/evaluate/rl-scratch-*",
     ]
-    rerun(at_base, changed("bc.learning_rate", 5e-4), POLICIES, scratch_arm)
-    demo_arms = [arm for arm in ARMS if arm != "scratch"]
-    clone_users = [f"rl/{arm}/seed-{seed}/policy.pt" for arm in demo_arms for seed in SEEDS]
-    assert_changed(results_of(at_base), results_of(tree), ["bc/policy.pt", *clone_users])
-    change_back(at_base, tree, scratch_arm, {key: {"inputs.bc"} for key in demo_arms})
+    rerun(chain, changed("bc.learning_rate", 5e-4), policies(arms), scratch_arm)
+    clone_users = RERUN_ARMS["bc_learning_rate"]
+    assert_changed(results_of(chain), results_of(tree), ["bc/policy.pt", *policies(clone_users)])
+    change_back(chain, tree, arms, scratch_arm, {arm: {"inputs.bc"} for arm in clone_users})
 
 
-def test_four_more_episodes_rerun_everything_downstream(at_base, tree):
+def test_four_more_episodes_rerun_everything_downstream(chain, tree):
     """From a finished run on 4 episodes fewer: a new dataset, and all but the expert reruns."""
+    arms = RERUN_ARMS["more_episodes"]
     fewer = changed("collect.n_episodes", CONFIG["collect"]["n_episodes"] - 4)
-    rerun(at_base, fewer, POLICIES, EXPERT)
-    results, reference = results_of(at_base), results_of(tree)
+    rerun(chain, fewer, policies(arms), EXPERT)
+    results, reference = results_of(chain), results_of(tree)
     assert comparable(results / "demos/demos.h5") != comparable(reference / "demos/demos.h5")
-    assert_changed(results, reference, ["bc/policy.pt", *POLICIES])
-    parts = {arm: {"inputs.bc", "inputs.demos"} for arm in ARMS} | {"scratch": {"inputs.demos"}}
-    change_back(at_base, tree, EXPERT, parts)
+    assert_changed(results, reference, ["bc/policy.pt", *policies(arms)])
+    parts = {arm: {"inputs.demos"} | ({"inputs.bc"} if arm != "scratch" else set()) for arm in arms}
+    change_back(chain, tree, arms, EXPERT, parts)
 
 
-def test_rl_code_edit_and_its_revert(at_base, tree):
+def test_rl_code_edit_and_its_revert(chain, tree):
     """An edit of the RL library (another seed for the runs), then its revert: each changes the
     results and reruns the RL runs alone, which discard the other code's state."""
-    rl_py = at_base / "src" / "demo2rl" / "rl.py"
+    arms = RERUN_ARMS["rl_code_edit"]
+    trainer = chain / "src" / "demo2rl" / "rl" / "trainer.py"
     line = "seed = seeds.rl_seed(base_seed, run_seed)\n"
-    original = edit(rl_py, line, line.replace("\n", " + 1\n"))
+    original = edit(trainer, line, line.replace("\n", " + 1\n"))
     try:
-        rerun(at_base, CONFIG, POLICIES, RL_ONLY)
+        rerun(chain, CONFIG, policies(arms), RL_ONLY)
     finally:
-        rl_py.write_text(original)
-    assert_changed(results_of(at_base), results_of(tree), POLICIES)
-    change_back(at_base, tree, RL_ONLY, {key: {"code"} for key in ARMS})
+        trainer.write_text(original)
+    assert_changed(results_of(chain), results_of(tree), policies(arms))
+    change_back(chain, tree, arms, RL_ONLY, {arm: {"code"} for arm in arms})
