@@ -117,8 +117,6 @@ GROUPS = {
     "test_mlflow_server.py": "mlflow-server",  # module-scoped servers and their workflow run
     "test_rerun_matrix.py": "rerun-matrix",  # the matrix: every case, once, for four tests
     "test_speed_settings.py": "speed-settings",  # one run with other speed settings
-    "test_rl.py": "rl",  # a dataset and clones trained per module: seconds a worker
-    "test_tracking.py": "tracking",  # a store per module: seconds of migrations a worker
 }
 """Modules whose tests share an expensive module-scoped fixture (or a cluster): each goes to one
 worker as a whole, else every worker that gets one of its tests would build the fixture."""
@@ -135,12 +133,10 @@ FIRST = {
     "test_rerun_matrix.py": 3,
     "test_reruns.py": 3,
     "test_mlflow_ui.py": 4,
-    "test_rl.py": 5,
 }
 """Scheduling ranks (lower starts sooner): the shared run first; then the long tests that do not
 need it, so that its minutes are not spent waiting; then the long ones that do. Integration
-tests not named here rank 5, unit tests 6 (test_rl.py, the longest of them, 5): short tests to
-fill the gaps at the end."""
+tests not named here rank 5, unit tests 6: short tests to fill the gaps at the end."""
 
 
 def rank(item: pytest.Item) -> int:

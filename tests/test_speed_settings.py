@@ -55,16 +55,9 @@ def run_with_other_speed_settings(tmp_path_factory) -> Path:
     return work
 
 
-def session_run(request: pytest.FixtureRequest) -> Path:
-    """The session's run of the test config, asked for in the test's body: as a parameter (a
-    session fixture) it would be made before this module's run, which need not wait for it."""
-    return request.getfixturevalue("test_workflow")
-
-
 def test_the_second_run_really_used_the_other_settings(
-    run_with_other_speed_settings: Path, request: pytest.FixtureRequest
+    test_workflow: Path, run_with_other_speed_settings: Path
 ):
-    test_workflow = session_run(request)
     before, after = (
         p / "results" / EXP / "logs" for p in (test_workflow, run_with_other_speed_settings)
     )
@@ -76,8 +69,7 @@ def test_the_second_run_really_used_the_other_settings(
     assert checkpoints[1] < checkpoints[0], checkpoints
 
 
-def test_outputs_are_identical(run_with_other_speed_settings: Path, request: pytest.FixtureRequest):
-    test_workflow = session_run(request)
+def test_outputs_are_identical(test_workflow: Path, run_with_other_speed_settings: Path):
     a = test_workflow / "results" / EXP
     b = run_with_other_speed_settings / "results" / EXP
     hashes = {p: dataset.read_attrs(p / "demos" / "demos.h5")["content_hash"] for p in (a, b)}
