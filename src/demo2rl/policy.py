@@ -136,19 +136,29 @@ def build_policy(
     """
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the orthogonal init's QR rounds differently with more threads
-    kwargs = sb3_policy_kwargs(policy_cfg)
+    kwargs = sb3_policy_kwargs(policy_cfg) | {"optimizer_class": NoOptimizer}
     if residual_base is not None:
         kwargs["base_spec"] = residual_base
     try:
         return (ActorCriticPolicy if residual_base is None else ResidualPolicy)(
             observation_space,
             policy_action_space(action_space),
-            ConstantSchedule(0.0),  # BC and PPO each make their own optimiser
+            ConstantSchedule(0.0),
             use_sde=False,
             **kwargs,
         )
     finally:
         torch.set_num_threads(threads)
+
+
+class NoOptimizer:
+    """The ``optimizer_class`` :func:`build_policy` gives SB3: none. BC and PPO each make their
+    own optimiser, and the evaluations need none; building torch's Adam anyway would cost every
+    job that only acts about 2 s, the import of torch's compiler (torch 2.13 imports
+    ``torch._dynamo`` when an optimiser adds its parameters)."""
+
+    def __init__(self, params: Any, **_: Any) -> None:
+        del params
 
 
 class ResidualPolicy(ActorCriticPolicy):
