@@ -37,19 +37,33 @@ def unavailable(reason: str) -> NoReturn:
     pytest.skip(reason)
 
 
+def snakemake_call(
+    workdir: Path, *args: str, env: dict[str, str] | None = None
+) -> tuple[list[str], dict[str, str]]:
+    """The arguments (after ``snakemake``) and the environment of a call of the repository's
+    workflow in ``workdir``: this environment without MLflow's and demo2rl's settings, plus
+    ``env``."""
+    run_env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "DEMO2RL_"))}
+    return ["-s", str(REPO / "Snakefile"), "-d", str(workdir), *args], run_env | (env or {})
+
+
+def checked(proc: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    """``proc``, or an AssertionError with its output if it failed."""
+    if proc.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(proc.args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+        )
+    return proc
+
+
 def snakemake(
     workdir: Path, *args: str, env: dict[str, str] | None = None, check: bool = True
 ) -> subprocess.CompletedProcess[str]:
     """Run the repository's workflow in ``workdir`` (a fresh results/ tree)."""
-    cmd = [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(workdir), *args]
-    run_env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "DEMO2RL_"))}
-    run_env |= env or {}
+    call_args, run_env = snakemake_call(workdir, *args, env=env)
+    cmd = [str(BIN / "snakemake"), *call_args]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=run_env, timeout=1500)
-    if check and proc.returncode != 0:
-        raise AssertionError(
-            f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
-        )
-    return proc
+    return checked(proc) if check else proc
 
 
 # --------------------------------------------------------------------------------------------
@@ -116,7 +130,6 @@ GROUPS = {
     "test_slurm.py": "slurm",  # one cluster and one SLURM run for the module
     "test_mlflow_server.py": "mlflow-server",  # module-scoped servers and their workflow run
     "test_rerun_matrix.py": "rerun-matrix",  # the matrix: every case, once, for four tests
-    "test_speed_settings.py": "speed-settings",  # one run with other speed settings
 }
 """Modules whose tests share an expensive module-scoped fixture (or a cluster): each goes to one
 worker as a whole, else every worker that gets one of its tests would build the fixture."""
@@ -124,7 +137,6 @@ worker as a whole, else every worker that gets one of its tests would build the 
 FIRST = {
     "test_workflow.py::test_dataset_is_merged_from_the_shards": 0,  # starts the shared run
     "test_slurm.py": 1,
-    "test_speed_settings.py": 1,
     "test_faults.py::test_sigkill_while_writing_shard_dataset_and_clone_then_rerun_incomplete": 1,
     "test_workflow.py::test_classic_control_example_config_runs": 1,
     "test_workflow.py::test_discrete_action_example_config_runs": 1,

@@ -332,7 +332,7 @@ def test_server_outage_mid_run_loses_no_training(
     metrics, says so in its log, and the server ends up with every rollout's row."""
     longer = config_file(
         tmp_path / "longer.yaml",
-        rl={"total_timesteps": 65536, "checkpoint_every": 16384, "eval_every": 16384},
+        rl={"total_timesteps": 32768, "checkpoint_every": 16384, "eval_every": 16384},
     )
     target = f"{RESULTS}/rl/scratch/seed-0/policy.pt"
     log_path = served / RESULTS / "logs/train_rl/scratch-seed0.log"
@@ -366,7 +366,7 @@ def test_server_outage_mid_run_loses_no_training(
     )["metrics"]
     progress = pd.read_csv(out_dir / "progress.csv")
     assert [m["step"] for m in history] == progress["time/total_timesteps"].tolist()
-    assert progress["time/total_timesteps"].iloc[-1] == 65536
+    assert progress["time/total_timesteps"].iloc[-1] == 32768
     assert tracking.sidecar_path(out_dir / "policy.pt").is_file()
 
 

@@ -19,20 +19,22 @@ difference fails the test and leaves the table to paste in results/test-artifact
 
 from __future__ import annotations
 
-import concurrent.futures
 import copy
 import dataclasses
 import os
 import re
 import shutil
+import subprocess
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+import warm_snakemake
 import yaml
-from conftest import REPO, TEST_CONFIG, snakemake
+from conftest import REPO, TEST_CONFIG, checked, snakemake, snakemake_call
 from snakemake.utils import validate
+from warm_snakemake import Call, warm_pool
 
 pytestmark = pytest.mark.integration
 SCHEMA = REPO / "config" / "schema.yaml"
@@ -169,13 +171,17 @@ def parse_selector(selector: str) -> tuple[str, dict[str, str]]:
     return match[1], {k.strip(): v.strip() for k, v in pairs}
 
 
-def plan(workdir: Path, config: Path, env: Mapping[str, str]) -> dict[str, dict[str, Any]]:
-    """output -> {rule, pending} from ``snakemake --detailed-summary``."""
-    proc = snakemake(
+def plan_call(workdir: Path, config: Path, env: Mapping[str, str]) -> Call:
+    """The call of ``snakemake --detailed-summary`` for the plan of ``config`` in ``workdir``."""
+    return snakemake_call(
         workdir, "--configfile", str(config), "--detailed-summary", "--nolock", env=dict(env)
     )
+
+
+def parse_plan(proc: subprocess.CompletedProcess[str]) -> dict[str, dict[str, Any]]:
+    """output -> {rule, pending} from the output of ``--detailed-summary``."""
     rows = {}
-    for line in proc.stdout.splitlines():
+    for line in checked(proc).stdout.splitlines():
         cols = line.split("\t")
         if len(cols) < 8 or cols[0] == "output_file":
             continue
@@ -184,15 +190,25 @@ def plan(workdir: Path, config: Path, env: Mapping[str, str]) -> dict[str, dict[
     return rows
 
 
-def jobs(workdir: Path, config: Path, env: Mapping[str, str]) -> dict[str, dict[str, Any]]:
-    """output -> {rule, wildcards, inputs} of every job, from a forced dry run (which prints
-    every job of the workflow as the config defines it)."""
-    proc = snakemake(
+def jobs_call(workdir: Path, config: Path, env: Mapping[str, str]) -> Call:
+    """The call of a forced dry run, which prints every job of the workflow as ``config``
+    defines it."""
+    return snakemake_call(
         workdir, "--configfile", str(config), "-n", "--forceall", "--nolock", env=dict(env)
     )
-    out = dry_run_jobs(proc.stdout + proc.stderr)
+
+
+def parse_jobs(proc: subprocess.CompletedProcess[str]) -> dict[str, dict[str, Any]]:
+    """output -> {rule, wildcards, inputs} of every job of a forced dry run."""
+    out = dry_run_jobs(checked(proc).stdout + proc.stderr)
     assert out, f"no jobs parsed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
     return out
+
+
+def plan(workdir: Path, config: Path, env: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """output -> {rule, pending}: Snakemake's plan for ``config`` in ``workdir``."""
+    args = ("--configfile", str(config), "--detailed-summary", "--nolock")
+    return parse_plan(snakemake(workdir, *args, env=dict(env), check=False))
 
 
 def dry_run_jobs(text: str) -> dict[str, dict[str, Any]]:
@@ -308,16 +324,15 @@ def with_value(config: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def matrix(test_workflow: Path, tmp_path_factory) -> dict[str, dict[str, str]]:
-    """Run every case; returns {"keys": {key: (expected, planned)}, "modules": {...}}."""
+    """Run every case; returns {"keys": {key: Case}, "modules": {module: Case}}.
+
+    The plans are Snakemake's own (its command line), asked for in forks of a process that has
+    imported Snakemake once (tests/warm_snakemake.py): a fresh process per plan would spend
+    two thirds of the case importing it."""
     root = tmp_path_factory.mktemp("matrix")
     env = {"PYTHONPATH": str(TESTS)}
     base_config = root / "base.yaml"
     base_config.write_text(yaml.safe_dump(effective_config()))
-    base_dag = jobs(test_workflow, base_config, env)
-    base_rows = plan(test_workflow, base_config, env)
-    assert not any(r["pending"] for r in base_rows.values()), "the finished run is not up to date"
-    base = set(base_rows)
-    assert base == set(base_dag)
 
     cases = []  # (kind, name, config path, env, readers)
     config = effective_config()
@@ -339,20 +354,35 @@ def matrix(test_workflow: Path, tmp_path_factory) -> dict[str, dict[str, str]]:
         case_env = {"PYTHONPATH": f"{src}{os.pathsep}{TESTS}"}
         cases.append(("modules", module, base_config, case_env, MODULES.get(module, [])))
 
-    def run(case):
-        kind, name, path, case_env, readers = case
-        rows = plan(test_workflow, path, case_env)
-        # the same jobs as before: the finished run's DAG; else the changed workflow's own
-        dag = base_dag if set(rows) == base else jobs(test_workflow, path, case_env)
-        want = expected(dag, readers, base)
-        got = {out for out, row in rows.items() if row["pending"]}
-        described = rules_of(dag, want, base), rules_of(dag, got, base)
-        return kind, name, Case(*described, sorted(want - got), sorted(got - want))
+    with warm_pool() as pool:
+        base_dag, *base_and_plans = warm_snakemake.run_all(
+            pool,
+            [
+                jobs_call(test_workflow, base_config, env),
+                plan_call(test_workflow, base_config, env),
+                *(plan_call(test_workflow, path, case_env) for _, _, path, case_env, _ in cases),
+            ],
+        )
+        base_dag = parse_jobs(base_dag)
+        base_rows, *plans = (parse_plan(proc) for proc in base_and_plans)
+        assert not any(r["pending"] for r in base_rows.values()), "the run is not up to date"
+        base = set(base_rows)
+        assert base == set(base_dag)
+        # a case with the same jobs as before has the finished run's DAG; else its own
+        new_jobs = [i for i, rows in enumerate(plans) if set(rows) != base]
+        dags = dict.fromkeys(range(len(cases)), base_dag)
+        procs = warm_snakemake.run_all(
+            pool, [jobs_call(test_workflow, cases[i][2], cases[i][3]) for i in new_jobs]
+        )
+        dags |= {i: parse_jobs(proc) for i, proc in zip(new_jobs, procs, strict=True)}
 
     found: dict[str, dict[str, Case]] = {"keys": {}, "modules": {}}
-    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        for kind, name, case in pool.map(run, cases):
-            found[kind][name] = case
+    for i, (kind, name, _, _, readers) in enumerate(cases):
+        dag = dags[i]
+        want = expected(dag, readers, base)
+        got = {out for out, row in plans[i].items() if row["pending"]}
+        described = rules_of(dag, want, base), rules_of(dag, got, base)
+        found[kind][name] = Case(*described, sorted(want - got), sorted(got - want))
     return found
 
 

@@ -1,11 +1,9 @@
-"""Reruns touch exactly what a change touches, reproduce fresh runs bit for bit, and resume
-only their own state (real runs).
+"""Reruns touch exactly what a change touches, reproduce fresh runs bit for bit whatever the speed
+settings, and resume only their own state (real runs).
 
 A copy of the workflow (Snakefile, rules, scripts, config, library source) holds a copy of the
 session's finished run of the test config (`tree`): a fresh run, made in an empty directory.
-Dry runs check that nothing, or only the edited rule, would rerun. (That a second fresh run
-gives the same results bit for bit, even with other speed settings, is
-tests/test_speed_settings.py.)
+Dry runs check that nothing, or only the edited rule, would rerun.
 
 Executed reruns: each case takes its own copy of `tree` (`chain`) through one change, as two
 executed reruns (`--cores 2`): first to the changed state (an RL or BC hyperparameter, the RL
@@ -19,6 +17,13 @@ rerun RL job must log that it discarded the other run's state, naming the parts 
 that differ, instead of resuming it. The first rerun is checked to change the results, so that
 a comparison cannot pass by doing nothing. (That a preempted run resumes its own state to the
 budget is tests/test_rl.py's SIGTERM case.)
+
+The second rerun also runs with other speed settings than the fresh run (:data:`SPEED`: envs
+per collection shard, evaluation batch sizes, checkpoint spacing, BC threads), checked to have
+been used: speed settings change speed, never results. (They reach the jobs as Snakemake
+resources and threads, so changing them reruns nothing: tests/test_rerun_matrix.py.) Across the
+cases, every job that takes a speed setting reruns under them: the collection shards, BC, the
+RL runs of every arm, and the evaluations.
 
 For speed (every job starts Python, torch and MLflow afresh): changing back makes the session's
 fresh run the reference of every case; reruns name the compared outputs as targets, not the
@@ -176,6 +181,19 @@ EXPERT = ["eval/expert.json", "logs/evaluate/expert.log"]
 UPSTREAM = ["demos/*.h5", "logs/collect_shard/*", "logs/merge_demos.log"]
 RL_ONLY = [*UPSTREAM, *EXPERT, "bc/*", "logs/train_bc.log", "eval/bc.json", "logs/evaluate/bc.log"]
 """What a change that concerns the RL runs alone leaves untouched (glob patterns)."""
+SPEED = (
+    "--set-resources",
+    "collect_shard:envs=3",
+    "train_bc:eval_envs=3",
+    "train_rl:eval_envs=3",
+    "train_rl:checkpoint_every=3000",
+    "evaluate:envs=3",
+    "--set-threads",
+    "train_bc=2",
+)
+"""Speed settings other than the test config's (each a Snakemake resource or thread count)."""
+assert CONFIG["collect"]["n_envs"] != 3 and CONFIG["evaluate"]["n_envs"] != 3
+assert CONFIG["rl"]["checkpoint_every"] != 3000
 DISCARDED = re.compile(r"discarding the state in \S+: its run key differs in: (.+); training from")
 
 
@@ -233,14 +251,18 @@ def results_of(root: Path) -> Path:
     return root / "work" / "results" / EXP
 
 
-def rerun(root: Path, config: dict, targets: list[str], untouched: Sequence[str] = ()) -> None:
-    """Run `config` for `targets` in root/work with 2 cores; the files of `untouched` (glob
-    patterns under the results) must keep their names, bytes and modification times."""
+def rerun(
+    root: Path, config: dict, targets: list[str], untouched: Sequence[str] = (), *args: str
+) -> None:
+    """Run `config` for `targets` in root/work with 2 cores (and Snakemake's ``args``); the files
+    of `untouched` (glob patterns under the results) must keep their names, bytes and
+    modification times."""
     path = root / "rerun.yaml"
     path.write_text(yaml.safe_dump(config))
     results = results_of(root)
     before = stamps(results, untouched)
-    run(root, "--cores", "2", *(f"results/{EXP}/{target}" for target in targets), config=path)
+    outputs = (f"results/{EXP}/{target}" for target in targets)
+    run(root, "--cores", "2", *outputs, *args, config=path)
     after = stamps(results, untouched)
     touched = sorted(
         name for name in before.keys() | after.keys() if before.get(name) != after.get(name)
@@ -321,12 +343,19 @@ def change_back(
     results = results_of(root)
     logs = {d: rl_log(results, d) for d in rl_runs(arms) if d.split("/")[1] in discarded}
     before = {run_dir: log.stat().st_mtime_ns for run_dir, log in logs.items()}
-    rerun(root, CONFIG, compared(arms), untouched)
+    bc_log = results / "logs" / "train_bc.log"
+    bc_before = bc_log.stat().st_mtime_ns
+    rerun(root, CONFIG, compared(arms), untouched, *SPEED)
     for run_dir, log in logs.items():
         assert log.stat().st_mtime_ns != before[run_dir], f"{run_dir} did not rerun"
         text = log.read_text()
         assert discarded_parts(text) == discarded[run_dir.split("/")[1]], text
         assert "resuming from step" not in text, text
+        # the other checkpoint spacing was used: fewer checkpoints than in the fresh run
+        fresh = rl_log(results_of(tree), run_dir).read_text()
+        assert text.count("checkpoint at step") < fresh.count("checkpoint at step"), run_dir
+    if bc_log.stat().st_mtime_ns != bc_before:
+        assert "threads=2" in bc_log.read_text(), "BC did not run with the other threads"
     for rel in compared(arms):
         assert_same(comparable(results / rel), comparable(results_of(tree) / rel), rel)
 

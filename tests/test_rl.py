@@ -347,7 +347,7 @@ def _train_in_child(demos_and_clone, state_dir, total, init):  # runs in a forke
 
 @pytest.mark.parametrize("init", ["bc", "residual", "kickstart"])
 def test_sigterm_checkpoints_and_a_rerun_resumes_to_the_budget(demos_and_clone, tmp_path, init):
-    total = 40_000
+    total = 16_384  # 16 rollouts: SIGTERM comes after the first checkpoint, at 1024 steps
     child = mp.get_context("fork").Process(
         target=_train_in_child, args=(demos_and_clone, tmp_path, total, init)
     )

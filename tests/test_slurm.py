@@ -53,7 +53,7 @@ CONFIG = yaml.safe_load(TEST_CONFIG.read_text())
 EXP = CONFIG["experiment"]
 # the RL budget of this run: long enough to preempt the jobs mid-run (a multiple of one rollout,
 # n_steps * n_envs, so that the last progress row lands on it exactly)
-RL_STEPS = 48 * CONFIG["rl"]["ppo"]["n_steps"] * CONFIG["rl"]["n_envs"]
+RL_STEPS = 24 * CONFIG["rl"]["ppo"]["n_steps"] * CONFIG["rl"]["n_envs"]
 RL_OVERRIDE = {"total_timesteps": RL_STEPS, "checkpoint_every": 2048, "eval_every": 16384}
 # preempt a run once its checkpoint shows at least this many steps
 PREEMPT_AFTER = 2048

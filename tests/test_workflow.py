@@ -134,17 +134,22 @@ def tiny(example: str, tmp_path: Path) -> tuple[dict, Path]:
 
 def test_classic_control_example_config_runs(tmp_path: Path):
     """The example config on MountainCarContinuous-v0, end to end, with the default vec_env
-    (auto: SB3's DummyVecEnv, the task has no batched VecEnv of its own)."""
+    (auto: SB3's DummyVecEnv, the task has no batched VecEnv of its own). Two arms: the residual
+    (the clone as its base) and the control; the other arms are the same code on every Box task
+    (the session's run) and on Discrete actions (the CartPole case)."""
     spec, config = tiny("mountaincar.yaml", tmp_path)
     assert "vec_env" not in spec["rl"]
+    spec["rl"]["inits"] = ["residual", "scratch"]
+    config.write_text(yaml.safe_dump(spec))
     snakemake(tmp_path, "--cores", "2", "--configfile", str(config))
     out = tmp_path / "results" / spec["experiment"]
     demos = dataset.read(out / "demos" / "demos.h5")
     assert demos.n_episodes == 8
     assert demos.attrs["env_id"] == "MountainCarContinuous-v0"
     assert demos.episodes["return"].mean() > 80
-    assert (out / "rl" / "bc" / "seed-0" / "policy.pt").is_file()
-    assert (out / "report" / "summary.json").is_file()
+    assert (out / "rl" / "residual" / "seed-0" / "policy.pt").is_file()
+    summary = json.loads((out / "report" / "summary.json").read_text())
+    assert set(summary["groups"]) == {"expert", "bc", "rl_residual", "rl_scratch"}
     assert not (out / "report" / "plots" / "track_lines.png").exists()  # racing-only figure
 
 

@@ -1,0 +1,62 @@
+"""Snakemake's command line in forks of a process that has imported it already: for the tests
+that ask Snakemake for many plans (dry runs, ``--detailed-summary``) and run no job.
+
+A fresh ``snakemake`` process spends about two of the three seconds such a call takes importing
+Snakemake and its plugins. Here a forkserver imports them once; each call runs in a new fork of
+it (one call per process, so that no state is carried from one call to the next), with the
+call's working directory and environment, ``PYTHONPATH`` first on ``sys.path`` as in a fresh
+interpreter. The workflow itself (the Snakefile, the config checks, the task probe, the code
+fingerprints) runs exactly as in a fresh process: nothing of it is imported before the fork.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+
+Call = tuple[Sequence[str], dict[str, str]]
+"""The command-line arguments (after ``snakemake``) and the environment of one call."""
+
+
+def run_cli(args: Sequence[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run ``snakemake args`` in this process (a fresh fork), its output captured at the file
+    descriptors, as a subprocess's would be."""
+    os.environ.clear()
+    os.environ.update(env)
+    sys.path[:0] = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    from snakemake.cli import main
+
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        os.dup2(out.fileno(), 1)
+        os.dup2(err.fileno(), 2)
+        try:
+            main(list(args))
+            code = 0
+        except SystemExit as exit_:
+            code = exit_.code if isinstance(exit_.code, int) else 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(["snakemake", *args], code, out.read(), err.read())
+
+
+@contextmanager
+def warm_pool(processes: int | None = None) -> Iterator[multiprocessing.pool.Pool]:
+    """A pool of ``processes`` (default: one per core) warm Snakemake processes, one call each."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["snakemake.cli", __name__])
+    with context.Pool(processes or os.cpu_count() or 2, maxtasksperchild=1) as pool:
+        yield pool
+
+
+def run_all(
+    pool: multiprocessing.pool.Pool, calls: Iterable[Call]
+) -> list[subprocess.CompletedProcess[str]]:
+    """The calls' completed processes, in order, run in parallel in ``pool``."""
+    return pool.starmap(run_cli, [(list(args), env) for args, env in calls], chunksize=1)
