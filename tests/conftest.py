@@ -56,14 +56,21 @@ def checked(proc: subprocess.CompletedProcess[str]) -> subprocess.CompletedProce
     return proc
 
 
+def run_call(
+    call: tuple[list[str], dict[str, str]], check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """Run a :func:`snakemake_call` as a ``snakemake`` process."""
+    call_args, run_env = call
+    cmd = [str(BIN / "snakemake"), *call_args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=run_env, timeout=1500)
+    return checked(proc) if check else proc
+
+
 def snakemake(
     workdir: Path, *args: str, env: dict[str, str] | None = None, check: bool = True
 ) -> subprocess.CompletedProcess[str]:
     """Run the repository's workflow in ``workdir`` (a fresh results/ tree)."""
-    call_args, run_env = snakemake_call(workdir, *args, env=env)
-    cmd = [str(BIN / "snakemake"), *call_args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=run_env, timeout=1500)
-    return checked(proc) if check else proc
+    return run_call(snakemake_call(workdir, *args, env=env), check)
 
 
 # --------------------------------------------------------------------------------------------

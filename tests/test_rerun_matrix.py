@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 import warm_snakemake
 import yaml
-from conftest import REPO, TEST_CONFIG, checked, snakemake, snakemake_call
+from conftest import REPO, TEST_CONFIG, checked, run_call, snakemake, snakemake_call
 from snakemake.utils import validate
 from warm_snakemake import Call, warm_pool
 
@@ -207,8 +207,7 @@ def parse_jobs(proc: subprocess.CompletedProcess[str]) -> dict[str, dict[str, An
 
 def plan(workdir: Path, config: Path, env: Mapping[str, str]) -> dict[str, dict[str, Any]]:
     """output -> {rule, pending}: Snakemake's plan for ``config`` in ``workdir``."""
-    args = ("--configfile", str(config), "--detailed-summary", "--nolock")
-    return parse_plan(snakemake(workdir, *args, env=dict(env), check=False))
+    return parse_plan(run_call(plan_call(workdir, config, env), check=False))
 
 
 def dry_run_jobs(text: str) -> dict[str, dict[str, Any]]:
@@ -355,7 +354,7 @@ def matrix(test_workflow: Path, tmp_path_factory) -> dict[str, dict[str, str]]:
         cases.append(("modules", module, base_config, case_env, MODULES.get(module, [])))
 
     with warm_pool() as pool:
-        base_dag, *base_and_plans = warm_snakemake.run_all(
+        base_jobs_out, base_plan_out, *plan_outs = warm_snakemake.run_all(
             pool,
             [
                 jobs_call(test_workflow, base_config, env),
@@ -363,8 +362,8 @@ def matrix(test_workflow: Path, tmp_path_factory) -> dict[str, dict[str, str]]:
                 *(plan_call(test_workflow, path, case_env) for _, _, path, case_env, _ in cases),
             ],
         )
-        base_dag = parse_jobs(base_dag)
-        base_rows, *plans = (parse_plan(proc) for proc in base_and_plans)
+        base_dag, base_rows = parse_jobs(base_jobs_out), parse_plan(base_plan_out)
+        plans = [parse_plan(proc) for proc in plan_outs]
         assert not any(r["pending"] for r in base_rows.values()), "the run is not up to date"
         base = set(base_rows)
         assert base == set(base_dag)

@@ -4,9 +4,10 @@ that ask Snakemake for many plans (dry runs, ``--detailed-summary``) and run no 
 A fresh ``snakemake`` process spends about two of the three seconds such a call takes importing
 Snakemake and its plugins. Here a forkserver imports them once; each call runs in a new fork of
 it (one call per process, so that no state is carried from one call to the next), with the
-call's working directory and environment, ``PYTHONPATH`` first on ``sys.path`` as in a fresh
-interpreter. The workflow itself (the Snakefile, the config checks, the task probe, the code
-fingerprints) runs exactly as in a fresh process: nothing of it is imported before the fork.
+call's environment, ``PYTHONPATH`` first on ``sys.path`` as in a fresh interpreter (the working
+directory is the call's ``-d``). The workflow itself (the Snakefile, the config checks, the task
+probe, the code fingerprints) runs exactly as in a fresh process: nothing of it is imported
+before the fork.
 """
 
 from __future__ import annotations
