@@ -75,11 +75,14 @@ wildcard_constraints:
 
 # MLflow: the store is created and the parent run started here, once, before any job (jobs
 # racing to create a SQLite store corrupt it); the jobs find both through the environment.
-# (demo2rl.tracking, which imports mlflow, is imported only here: that takes seconds, and every
-# job and dry run parses this file.)
+# (demo2rl.tracking imports mlflow only when used, here: that takes seconds, and every job and
+# dry run parses this file.) With tracking.enabled false, nothing here touches MLflow.
 def start_tracking():
     from demo2rl import tracking
 
+    if not TRACKING.enabled:
+        logger.info("MLflow tracking off (tracking.enabled: false)")
+        return
     parent = tracking.start_workflow(config["experiment"], config, TRACKING)
     if parent:
         logger.info(f"MLflow: parent run {parent} in {tracking.tracking_uri()}")
@@ -88,7 +91,8 @@ def start_tracking():
 def end_tracking(success):
     from demo2rl import tracking
 
-    tracking.end_workflow(success=success, settings=TRACKING)
+    if TRACKING.enabled:
+        tracking.end_workflow(success=success, settings=TRACKING)
 
 
 onstart:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import NoReturn
 
 import pytest
+import yaml
 from filelock import FileLock
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,6 +27,23 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # too), else idle threads spin on cores the other workers need. Results never depend on it:
     # the code sets torch's threads itself wherever they could matter.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def untracked(spec: dict) -> dict:
+    """A config ``spec`` with ``tracking.enabled: false``: its jobs skip MLflow (its import and
+    store take about 3 of a test job's 7 CPU-seconds). For the workflow runs of tests that check
+    no tracking: results are the same either way (test_reruns compares such reruns with the
+    session's tracked run bit for bit), and the session's run, the SLURM run and
+    test_mlflow_server keep tracking every job."""
+    return spec | {"tracking": {**spec.get("tracking", {}), "enabled": False}}
+
+
+@pytest.fixture(scope="session")
+def untracked_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The test config without tracking (:func:`untracked`), as a file."""
+    path = tmp_path_factory.mktemp("untracked") / "test-untracked.yaml"
+    path.write_text(yaml.safe_dump(untracked(yaml.safe_load(TEST_CONFIG.read_text()))))
+    return path
 
 
 def unavailable(reason: str) -> NoReturn:

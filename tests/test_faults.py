@@ -42,6 +42,11 @@ USER_CODE = {
 """The environment that lets a config name the user modules tests/user_tasks.py, user_expert.py."""
 
 
+UNTRACKED = {"enabled": False}
+"""The tracking section of the workflows here that check no tracking (conftest.untracked): all
+but the hard kill, which runs as a user's would, tracked."""
+
+
 def config_file(workdir: Path, experiment: str, **sections: dict) -> Path:
     """The test config under another experiment name, with ``sections`` replacing its keys
     section by section (a shallow update of each); written to ``workdir``."""
@@ -303,14 +308,14 @@ def run_to(
     )
 
 
-def test_a_truncated_shard_is_named_by_the_merge(tmp_path, test_workflow):
+def test_a_truncated_shard_is_named_by_the_merge(tmp_path, test_workflow, untracked_config):
     """The session run's shards, one of them cut to a third: the merge fails naming it."""
     for path in SHARDS:
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(test_workflow / path, tmp_path / path)
     shard = tmp_path / SHARDS[1]
     shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 3])
-    proc = run_to(tmp_path, DEMOS, "--forcerun", "merge_demos")
+    proc = run_to(tmp_path, DEMOS, "--forcerun", "merge_demos", config=untracked_config)
     assert proc.returncode != 0
     assert "rule collect_shard" not in proc.stdout + proc.stderr, "the shards were not redone"
     log = (tmp_path / "results" / EXP / "logs" / "merge_demos.log").read_text()
@@ -324,7 +329,7 @@ def test_an_expert_that_raises_fails_its_job_with_the_traceback_in_the_log(tmp_p
     expert's traceback, and no shard file (nor a temporary one) is left."""
     exp = "faults-expert"
     expert = {"entry_point": "user_expert:breaking_pursuit", "kwargs": {"margin": 0.65}}
-    config = config_file(tmp_path, exp, task={"expert": expert})
+    config = config_file(tmp_path, exp, task={"expert": expert}, tracking=UNTRACKED)
     shard = tmp_path / "results" / exp / "demos" / "shard-0.h5"
     proc = run_to(tmp_path, str(shard.relative_to(tmp_path)), config=config, env=USER_CODE)
     assert proc.returncode != 0
@@ -349,7 +354,7 @@ def test_a_nan_reward_fails_collection_naming_the_env_episode_and_step(tmp_path)
         "env_kwargs": {},
         "expert": {"entry_point": "user_tasks:zero_expert", "kwargs": {}},
     }
-    config = config_file(tmp_path, exp, task=task)
+    config = config_file(tmp_path, exp, task=task, tracking=UNTRACKED)
     shard, n = 1, CONFIG["collect"]
     shard_path = tmp_path / "results" / exp / "demos" / f"shard-{shard}.h5"
     target = str(shard_path.relative_to(tmp_path))
@@ -396,7 +401,7 @@ def tmpfs(tmp_path):
         subprocess.run(["umount", str(path)], check=False)
 
 
-def test_a_full_disk_gives_a_clear_error(tmp_path, tmpfs):
+def test_a_full_disk_gives_a_clear_error(tmp_path, tmpfs, untracked_config):
     """The shard's directory is a 4 MiB tmpfs, filled up but for 256 KiB: the job fails naming the
     file, the space it needs and the space free; checked while the disk is still full, nothing
     (no shard, no temporary file) was left on it."""
@@ -405,7 +410,7 @@ def test_a_full_disk_gives_a_clear_error(tmp_path, tmpfs):
         fh.write(b"\0" * (shutil.disk_usage(demos).free - 256 * 1024))
     free = shutil.disk_usage(demos).free
     assert free <= 256 * 1024, "the tmpfs is full"
-    proc = run_to(tmp_path, SHARDS[0])
+    proc = run_to(tmp_path, SHARDS[0], config=untracked_config)
     # still mounted and full: everything below is about the full disk, not the directory under it
     assert os.path.ismount(demos)
     assert proc.returncode != 0
@@ -460,7 +465,7 @@ def test_a_task_whose_every_return_is_0_runs_end_to_end_without_dividing_by_0(tm
             "ppo": {"n_steps": 128, "batch_size": 256, "n_epochs": 1},
         },
         "evaluate": {"episodes": 4, "during_training": 2, "n_envs": 4, "bootstrap_reps": 200},
-        "tracking": {"fail_on_error": False},
+        "tracking": UNTRACKED,
     }
     config = tmp_path / f"{exp}.yaml"
     config.write_text(yaml.safe_dump(spec))

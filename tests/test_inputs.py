@@ -22,12 +22,14 @@ EXP = CONFIG["experiment"]
 
 
 @pytest.fixture
-def work(test_workflow: Path, tmp_path: Path) -> Path:
-    """A copy of the finished test run (without its MLflow store and RL state)."""
+def work(test_workflow: Path, tmp_path: Path, untracked_config: Path) -> Path:
+    """A copy of the finished test run (without its MLflow store and RL state), with the test
+    config its jobs rerun under, untracked (conftest.untracked), as ``config.yaml``."""
     copy = tmp_path / "work"
     shutil.copytree(
         test_workflow, copy, ignore=shutil.ignore_patterns("mlflow.db", "mlartifacts", "state")
     )
+    shutil.copy(untracked_config, copy / "config.yaml")
     return copy
 
 
@@ -38,7 +40,7 @@ def run_job(work: Path, rule: str, target: str) -> tuple[int, str]:
     proc = snakemake(
         work,
         "--configfile",
-        str(TEST_CONFIG),
+        str(work / "config.yaml"),
         "--cores",
         "1",
         "--forcerun",

@@ -510,7 +510,9 @@ def test_missing_credentials_stop_the_workflow_at_its_start(
     monkeypatch.setenv("HOME", str(auth_server.root))  # no ~/.mlflow/credentials either
     with pytest.raises(MlflowException, match="401") as caught:
         tracking.start_workflow(
-            "no-login", {"experiment": "no-login"}, TrackingConfig(fail_on_error=False)
+            "no-login",
+            {"experiment": "no-login"},
+            TrackingConfig(enabled=True, fail_on_error=False),
         )
     message = str(caught.value)
     assert "rejected the workflow's tracking at its start" in message
@@ -537,7 +539,7 @@ def test_a_deleted_experiment_the_user_cannot_restore_is_an_error_naming_it(
     )
     with pytest.raises(tracking.ExperimentDeleted) as caught:
         tracking.start_workflow(
-            "admins", {"experiment": "admins"}, TrackingConfig(fail_on_error=False)
+            "admins", {"experiment": "admins"}, TrackingConfig(enabled=True, fail_on_error=False)
         )
     message = str(caught.value)
     assert f"MLflow experiment 'admins' (id {experiment_id})" in message

@@ -102,6 +102,7 @@ MODULES: dict[str, list[str]] = {
     "demo2rl.tracking.outbox": [],
     "demo2rl.tracking.run": [],
     "demo2rl.tracking.store": [],
+    "demo2rl.tracking.untracked": [],
     "demo2rl.tracking.workflow": [],
     "demo2rl.provenance": [],
     "demo2rl.jobs": [],
@@ -418,6 +419,7 @@ def test_speed_only_settings_and_tracking_rerun_nothing(matrix):
         "collect.n_envs",
         "evaluate.n_envs",
         "rl.checkpoint_every",
+        "tracking.enabled",
         "tracking.fail_on_error",
     ):
         assert matrix["keys"][key].planned == "nothing", key

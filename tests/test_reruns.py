@@ -18,6 +18,10 @@ that differ, instead of resuming it. The first rerun is checked to change the re
 a comparison cannot pass by doing nothing. (That a preempted run resumes its own state to the
 budget is tests/test_rl.py's SIGTERM case.)
 
+The reruns run without MLflow tracking (``tracking.enabled: false``: a job's MLflow import and
+store take about 3 of its 7 CPU-seconds here), the fresh run with it: the bit-for-bit
+comparisons also show that tracking changes no result.
+
 The second rerun also runs with other speed settings than the fresh run (:data:`SPEED`: envs
 per collection shard, evaluation batch sizes, checkpoint spacing, BC threads), checked to have
 been used: speed settings change speed, never results. (They reach the jobs as Snakemake
@@ -46,13 +50,17 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from conftest import REPO, TEST_CONFIG, copy_run, snakemake
+from conftest import REPO, TEST_CONFIG, copy_run, snakemake, untracked
 
 from demo2rl import dataset
 from demo2rl.groups import ARMS
+from demo2rl.tracking import sidecar_path
 
 pytestmark = pytest.mark.integration
 CONFIG = yaml.safe_load(TEST_CONFIG.read_text())
+UNTRACKED = untracked(CONFIG)
+"""The config of the executed reruns: the test config without MLflow tracking, which the
+session's fresh run has (tracking changes no result, and switching it reruns nothing)."""
 EXP = CONFIG["experiment"]
 TREE = ("Snakefile", "rules", "scripts", "config", "report", "envs", "src", "profiles")
 
@@ -96,7 +104,8 @@ def planned(root: Path, *args: str) -> dict[str, int]:
 
 
 def changed(path: str, value) -> dict:
-    config = copy.deepcopy(CONFIG)
+    """The test config, untracked (as every rerun here), with the key at ``path`` set."""
+    config = copy.deepcopy(UNTRACKED)
     *parents, last = path.split(".")
     node = config
     for key in parents:
@@ -345,12 +354,14 @@ def change_back(
     before = {run_dir: log.stat().st_mtime_ns for run_dir, log in logs.items()}
     bc_log = results / "logs" / "train_bc.log"
     bc_before = bc_log.stat().st_mtime_ns
-    rerun(root, CONFIG, compared(arms), untouched, *SPEED)
+    rerun(root, UNTRACKED, compared(arms), untouched, *SPEED)
     for run_dir, log in logs.items():
         assert log.stat().st_mtime_ns != before[run_dir], f"{run_dir} did not rerun"
         text = log.read_text()
         assert discarded_parts(text) == discarded[run_dir.split("/")[1]], text
         assert "resuming from step" not in text, text
+        # untracked: the session run's record of the producing MLflow run went with its output
+        assert not sidecar_path(results / run_dir / "policy.pt").exists(), run_dir
         # the other checkpoint spacing was used: fewer checkpoints than in the fresh run
         fresh = rl_log(results_of(tree), run_dir).read_text()
         assert text.count("checkpoint at step") < fresh.count("checkpoint at step"), run_dir
@@ -424,7 +435,7 @@ def test_rl_code_edit_and_its_revert(chain, tree):
     line = "seed = seeds.rl_seed(base_seed, run_seed)\n"
     original = edit(trainer, line, line.replace("\n", " + 1\n"))
     try:
-        rerun(chain, CONFIG, policies(arms), RL_ONLY)
+        rerun(chain, UNTRACKED, policies(arms), RL_ONLY)
     finally:
         trainer.write_text(original)
     assert_changed(results_of(chain), results_of(tree), policies(arms))

@@ -483,7 +483,10 @@ def test_summarize_stage_for_a_generic_task(
         "returns_png": str(out / "plots" / "final_returns.png"),
     }
     parent = tracking.start_workflow(
-        "generic-summary", {"seed": 0}, TrackingConfig(fail_on_error=False), results_dir=tmp_path
+        "generic-summary",
+        {"seed": 0},
+        TrackingConfig(enabled=True, fail_on_error=False),
+        results_dir=tmp_path,
     )
     with tracking.child_run(
         "summarize",
@@ -491,7 +494,7 @@ def test_summarize_stage_for_a_generic_task(
         rule="summarize",
         wildcards={},
         params={},
-        settings=TrackingConfig(fail_on_error=False),
+        settings=TrackingConfig(enabled=True, fail_on_error=False),
     ) as run:
         result = summarize.summarize(
             evaluations=evals,
@@ -536,10 +539,10 @@ def test_summarize_stage_for_a_generic_task(
         rule="plot_summary",
         wildcards={},
         params={},
-        settings=TrackingConfig(fail_on_error=False),
+        settings=TrackingConfig(enabled=True, fail_on_error=False),
     ) as run:
         plot_summary.plot_summary(summary_json=str(out / "summary.json"), run=run, **figures)
-    tracking.end_workflow(success=True, settings=TrackingConfig(fail_on_error=False))
+    tracking.end_workflow(success=True, settings=TrackingConfig(enabled=True, fail_on_error=False))
     assert sorted(p.name for p in (out / "plots").iterdir()) == [
         "final_returns.png",
         "learning_curves.png",

@@ -70,7 +70,7 @@ def client() -> MlflowClient:
     return MlflowClient(tracking.tracking_uri())
 
 
-LENIENT = TrackingConfig(fail_on_error=False)
+LENIENT = TrackingConfig(enabled=True, fail_on_error=False)
 """The default ``tracking`` config: failures are buffered and retried, training goes on."""
 
 
@@ -251,7 +251,7 @@ def test_unreachable_server_never_stops_the_job(
 def test_fail_on_error_makes_an_unreachable_server_fatal(monkeypatch: pytest.MonkeyPatch):
     isolated_env(monkeypatch)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{free_port()}")
-    strict = TrackingConfig(fail_on_error=True)
+    strict = TrackingConfig(enabled=True, fail_on_error=True)
     start = time.perf_counter()
     with pytest.raises(MlflowException), job("rl", settings=strict):
         pytest.fail("the job must not start when its tracking fails")
@@ -260,7 +260,7 @@ def test_fail_on_error_makes_an_unreachable_server_fatal(monkeypatch: pytest.Mon
 
 def test_settings_come_from_the_config():
     assert TrackingConfig.of(config.load(None)["tracking"]) == LENIENT  # the schema's default
-    assert TrackingConfig.of({"fail_on_error": True}).fail_on_error
+    assert TrackingConfig.of({"enabled": True, "fail_on_error": True}).fail_on_error
 
 
 def test_no_tracking_module_is_fingerprinted():
@@ -271,6 +271,28 @@ def test_no_tracking_module_is_fingerprinted():
     for stage in pkgutil.iter_modules(stages.__path__):
         modules = provenance.code_modules(f"{stages.__name__}.{stage.name}")
         assert not [m for m in modules if m.startswith(tracking.__name__)], stage.name
+
+
+def test_a_job_without_tracking_never_imports_mlflow(tmp_path):
+    """``tracking.enabled: false``: the job glue, every stage and the untracked run import no
+    MLflow (its import and SQLite store are about 3 s of a job's start), and the run removes
+    the lineage record of the outputs' previous producer all the same."""
+    out = tmp_path / "out.h5"
+    out.write_bytes(b"")
+    tracking.sidecar_path(out).write_text("{}")
+    code = (
+        "import pkgutil, sys, demo2rl.jobs, demo2rl.stages as s\n"
+        "for m in pkgutil.iter_modules(s.__path__): __import__(f'{s.__name__}.{m.name}')\n"
+        "from demo2rl import tracking\n"
+        f"with tracking.untracked_run([{str(out)!r}]) as run:\n"
+        "    run.log_metrics({'a': 1.0}); run.log_figures([]); run.set_tags({'b': 2})\n"
+        "    with run.parent() as parent: assert parent is None\n"
+        "print('mlflow' in sys.modules)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "False"
+    assert not tracking.sidecar_path(out).exists()
 
 
 def test_settings_are_importable_without_mlflow():

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from conftest import REPO, TEST_CONFIG, snakemake
+from conftest import REPO, TEST_CONFIG, snakemake, untracked
 
 from demo2rl import dataset, seeds
 from demo2rl.groups import ARMS
@@ -119,7 +119,8 @@ def test_nothing_to_do_on_a_second_run(test_workflow: Path):
 
 
 def tiny(example: str, tmp_path: Path) -> tuple[dict, Path]:
-    """An example config with test-sized budgets (its task, arms and vec_env as they are)."""
+    """An example config with test-sized budgets (its task, arms and vec_env as they are), without
+    MLflow tracking."""
     spec = yaml.safe_load((REPO / "config" / example).read_text())
     spec["collect"] |= {"n_episodes": 8, "n_shards": 2}
     spec["bc"] = {"max_epochs": 5}
@@ -127,6 +128,7 @@ def tiny(example: str, tmp_path: Path) -> tuple[dict, Path]:
     spec["rl"]["ppo"] = {"n_steps": 128, "batch_size": 256, "n_epochs": 2}
     spec["rl"]["warm_start"] = {"critic_warmup_steps": 1024}
     spec["evaluate"] = {"episodes": 4, "during_training": 2, "n_envs": 4, "bootstrap_reps": 200}
+    spec = untracked(spec)  # the session's run checks the tracking of every stage
     config = tmp_path / f"tiny-{example}"
     config.write_text(yaml.safe_dump(spec))
     return spec, config
@@ -151,6 +153,9 @@ def test_classic_control_example_config_runs(tmp_path: Path):
     summary = json.loads((out / "report" / "summary.json").read_text())
     assert set(summary["groups"]) == {"expert", "bc", "rl_residual", "rl_scratch"}
     assert not (out / "report" / "plots" / "track_lines.png").exists()  # racing-only figure
+    # untracked (conftest.untracked): no MLflow store, no lineage records
+    assert not (tmp_path / "results" / "mlflow.db").exists()
+    assert not list(out.rglob("*.mlflow.json"))
 
 
 def test_discrete_action_example_config_runs(tmp_path: Path):

@@ -256,14 +256,15 @@ class RLConfig(Section):
 
 @dataclasses.dataclass(frozen=True)
 class TrackingConfig(Section):
-    """``tracking``: how MLflow tracking failures are treated.
+    """``tracking``: whether jobs log to MLflow, and how tracking failures are treated.
 
     A rule passes it as this dataclass, not as a mapping, on purpose: Snakemake leaves param
-    values of other types out of its params rerun trigger, and ``fail_on_error`` cannot change a
-    result, so switching it must rerun nothing (tests/test_rerun_matrix.py checks that).
+    values of other types out of its params rerun trigger, and tracking cannot change a result,
+    so switching either key must rerun nothing (tests/test_rerun_matrix.py checks that).
     """
 
     PATH = "tracking"
+    enabled: bool
     fail_on_error: bool
 
 

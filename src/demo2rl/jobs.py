@@ -36,12 +36,14 @@ def setup_logging(path: str | None) -> None:
 
 
 @contextlib.contextmanager
-def job(smk: Any, *, stage: str, run_name: str) -> Iterator[tracking.Run]:
+def job(smk: Any, *, stage: str, run_name: str) -> Iterator[tracking.Run | tracking.Untracked]:
     """Run a rule's work with logging and a tracked MLflow child run.
 
     The run's params are the rule's ``params`` (its config slice) except ``tracking``, which says
-    how tracking failures are treated; its tags name the stage, the rule, the wildcards and the
-    runs that produced the inputs. An exception is logged to the rule's log before it propagates.
+    whether and how the job tracks; its tags name the stage, the rule, the wildcards and the runs
+    that produced the inputs. With ``tracking.enabled`` off the job gets an
+    :class:`~demo2rl.tracking.Untracked` run and never imports MLflow. An exception is logged to
+    the rule's log before it propagates.
     """
     setup_logging(smk.log[0] if len(smk.log) else None)
     wildcards = dict(smk.wildcards.items())
@@ -50,8 +52,8 @@ def job(smk: Any, *, stage: str, run_name: str) -> Iterator[tracking.Run]:
     log.info("rule %s %s, threads=%s", smk.rule, wildcards, smk.threads)
     log.info("versions %s, code %s", provenance.versions(), provenance.code_revision())
     start = time.perf_counter()
-    try:
-        with tracking.child_run(
+    if settings.enabled:
+        run_context = tracking.child_run(
             run_name,
             stage=stage,
             rule=smk.rule,
@@ -60,7 +62,12 @@ def job(smk: Any, *, stage: str, run_name: str) -> Iterator[tracking.Run]:
             inputs=list(smk.input),
             outputs=list(smk.output),
             settings=settings,
-        ) as run:
+        )
+    else:
+        log.info("tracking off (tracking.enabled: false): no MLflow run")
+        run_context = tracking.untracked_run(list(smk.output))
+    try:
+        with run_context as run:
             yield run
             run.log_metrics({"job_seconds": time.perf_counter() - start})
     except BaseException:

@@ -32,6 +32,7 @@ RESULT_NEUTRAL = frozenset(
         "demo2rl.tracking.outbox",
         "demo2rl.tracking.run",
         "demo2rl.tracking.store",
+        "demo2rl.tracking.untracked",
         "demo2rl.tracking.workflow",
         "demo2rl.provenance",
         "demo2rl.jobs",

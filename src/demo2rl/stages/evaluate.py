@@ -6,14 +6,16 @@ import logging
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from demo2rl import acting, checkpoints, dataset, evaluation, groups, io, provenance, tasks
 from demo2rl.config import TaskConfig
-from demo2rl.tracking import Run
+
+if TYPE_CHECKING:
+    from demo2rl.tracking import Run  # annotations only: importing it imports MLflow
 
 log = logging.getLogger(__name__)
 

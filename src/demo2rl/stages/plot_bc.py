@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from demo2rl import plots
-from demo2rl.tracking import Run
+
+if TYPE_CHECKING:
+    from demo2rl.tracking import Run  # annotations only: importing it imports MLflow
 
 
 def plot_bc(*, metrics: str, out: str, run: Run) -> None:

@@ -10,13 +10,15 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from demo2rl import groups, plots, tracking
+from demo2rl import groups, plots
 from demo2rl.envs import racing, replay
-from demo2rl.tracking import Run
+
+if TYPE_CHECKING:
+    from demo2rl.tracking import Run  # annotations only: importing it imports MLflow
 
 GIF_FRAME_EVERY = 2
 """Render every second step of the best lap (5 frames per simulated second, played in real
@@ -47,7 +49,7 @@ def plot_racing(*, evaluations: Sequence[str], track_png: str, lap_gif: str, run
         for t in lap.frame_steps
     ]
     plots.animation(lap.frames, lap_gif, fps=1.0 / (racing.DT * GIF_FRAME_EVERY), captions=captions)
-    tracking.log_figures([track_png, lap_gif], run)
+    run.log_figures([track_png, lap_gif])
 
 
 def _replay(record: Mapping[str, Any], frames: bool) -> replay.Drive:

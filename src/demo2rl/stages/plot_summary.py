@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from demo2rl import groups, plots, tracking
-from demo2rl.tracking import Run
+from demo2rl import groups, plots
+
+if TYPE_CHECKING:
+    from demo2rl.tracking import Run  # annotations only: importing it imports MLflow
 
 COLORS = {
     "expert": "black",
@@ -52,7 +54,7 @@ def plot_summary(*, summary_json: str, curves_png: str, returns_png: str, run: R
         for c in result["probability_of_improvement"].values()
     }
     plots.final_returns(estimates, improvement, returns_png, colors=colors, confidence=confidence)
-    tracking.log_figures([curves_png, returns_png], run)
+    run.log_figures([curves_png, returns_png])
 
 
 def _floats(values: Any) -> np.ndarray:

@@ -13,13 +13,15 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from demo2rl import io, provenance, summary, tracking
-from demo2rl.tracking import Run
+from demo2rl import io, provenance, summary
+
+if TYPE_CHECKING:
+    from demo2rl.tracking import Run  # annotations only: importing it imports MLflow
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +106,7 @@ def _log_to_parent(
     metrics: Mapping[str, float], files: Sequence[str], tags: Mapping[str, str], run: Run
 ) -> None:
     """Metrics, tags and files on the workflow's parent run (the job's own run without one)."""
-    with tracking.parent_run(run) as parent:
+    with run.parent() as parent:
         target = parent or run
         target.log_metrics({f"summary.{k}": v for k, v in metrics.items()})
         target.set_tags(tags)

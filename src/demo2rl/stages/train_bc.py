@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from demo2rl import acting, bc, checkpoints, dataset, evaluation, io, provenance, tasks
 from demo2rl.config import BCConfig, PolicyConfig, TaskConfig
-from demo2rl.tracking import Run
+
+if TYPE_CHECKING:
+    from demo2rl.tracking import Run  # annotations only: importing it imports MLflow
 
 log = logging.getLogger(__name__)
 

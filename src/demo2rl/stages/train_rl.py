@@ -5,10 +5,13 @@ from __future__ import annotations
 import hashlib
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from demo2rl import checkpoints, dataset, io, provenance, rl, tasks
 from demo2rl.config import PolicyConfig, RLConfig, TaskConfig
-from demo2rl.tracking import Run
+
+if TYPE_CHECKING:
+    from demo2rl.tracking import Run  # annotations only: importing it imports MLflow
 
 
 def train_rl(

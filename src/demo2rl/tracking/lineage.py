@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from demo2rl import io
-from demo2rl.tracking.store import tracking_uri
 
 log = logging.getLogger(__package__)
 
@@ -32,6 +31,8 @@ def record_producer(
     outputs: Sequence[str | os.PathLike[str]], run_id: str, *, stage: str, run_name: str
 ) -> None:
     """Write the producing run beside each output (atomically)."""
+    from demo2rl.tracking.store import tracking_uri  # MLflow: only jobs that track import it
+
     record = {
         "run_id": run_id,
         "stage": stage,

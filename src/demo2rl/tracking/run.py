@@ -1,9 +1,11 @@
 """A job's MLflow run: params, metrics, tags, dataset inputs and artifacts, sent through an
-:class:`~demo2rl.tracking.outbox.Outbox` so that the job never waits on the store."""
+:class:`~demo2rl.tracking.outbox.Outbox` so that the job never waits on the store; and the
+workflow's parent run, for results about the whole invocation."""
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import math
 import os
@@ -25,6 +27,8 @@ log = logging.getLogger(__package__)
 MAX_PARAM_LENGTH = 6000
 METRICS_PER_BATCH = 1000  # MLflow's limits for one log_batch call
 PARAMS_PER_BATCH = 100  # (params and tags alike)
+PARENT_ENV = "DEMO2RL_PARENT_RUN_ID"
+"""The environment variable that hands the workflow's parent run id to the jobs."""
 
 
 class Run:
@@ -77,6 +81,30 @@ class Run:
         self._send(
             "log_artifact", lambda: self.client.log_artifact(self.run_id, str(path), artifact_path)
         )
+
+    def log_figures(self, paths: Sequence[str | os.PathLike[str]]) -> None:
+        """Figures as artifacts of this run and, under ``summary/``, of the workflow's parent
+        run (where the MLflow UI compares whole invocations)."""
+        for path in paths:
+            self.log_artifact(path)
+        with self.parent() as parent:
+            for path in paths if parent is not None else ():
+                parent.log_artifact(path, "summary")
+
+    @contextlib.contextmanager
+    def parent(self) -> Iterator[Run | None]:
+        """The workflow invocation's parent run (:data:`PARENT_ENV`), for results about the
+        whole invocation (the summary); None outside a workflow. Tracking failures are treated
+        as for this run; what waits is sent on leaving the block."""
+        run_id = os.environ.get(PARENT_ENV)
+        if not run_id:
+            yield None
+            return
+        run = Run(MlflowClient(tracking_uri()), run_id, fail_on_error=self.outbox.fail_on_error)
+        try:
+            yield run
+        finally:
+            run.outbox.flush()
 
     def log_dataset(self, path: str | os.PathLike[str], digest: str, context: str) -> None:
         """Record a demonstration dataset as an MLflow dataset input: its path and content hash."""

@@ -23,7 +23,7 @@ from mlflow.tracking import MlflowClient
 from demo2rl import provenance
 from demo2rl.config import TrackingConfig
 from demo2rl.tracking.lineage import forget_producer, record_producer, upstream_tags
-from demo2rl.tracking.run import Run, batches, flatten
+from demo2rl.tracking.run import PARENT_ENV, Run, batches, flatten
 from demo2rl.tracking.store import (
     ExperimentDeleted,
     configure_http,
@@ -34,8 +34,6 @@ from demo2rl.tracking.store import (
 )
 
 log = logging.getLogger(__package__)
-
-PARENT_ENV = "DEMO2RL_PARENT_RUN_ID"
 
 
 def provenance_tags() -> dict[str, str]:
@@ -181,30 +179,3 @@ def child_run(
             if not failed:
                 raise
             log.exception("MLflow: could not mark the run failed")  # keep the job's own error
-
-
-@contextlib.contextmanager
-def parent_run(job_run: Run | None = None) -> Iterator[Run | None]:
-    """The workflow invocation's parent run (:data:`PARENT_ENV`), for results about the whole
-    invocation (the summary); None outside a workflow. Tracking failures are treated as for
-    ``job_run`` (the job's own run); what waits is sent on leaving the block."""
-    run_id = os.environ.get(PARENT_ENV)
-    if not run_id:
-        yield None
-        return
-    fail_on_error = job_run.outbox.fail_on_error if job_run is not None else False
-    run = Run(MlflowClient(tracking_uri()), run_id, fail_on_error=fail_on_error)
-    try:
-        yield run
-    finally:
-        run.outbox.flush()
-
-
-def log_figures(paths: Sequence[str | os.PathLike[str]], run: Run) -> None:
-    """Figures as artifacts of the job's run and, under ``summary/``, of the workflow's parent
-    run (where the MLflow UI compares whole invocations)."""
-    for path in paths:
-        run.log_artifact(path)
-    with parent_run(run) as parent:
-        for path in paths if parent is not None else ():
-            parent.log_artifact(path, "summary")
