@@ -125,6 +125,7 @@ def _train_and_evaluate(
             raise KeyError(f"{name}: the {init} arm reads no rl key {dotted!r}")
         node[last] = value
     task = config_lib.TaskConfig.of({k: config["task"][k] for k in ("env_id", "env_kwargs")})
+    evaluate = config_lib.EvaluateConfig.of(config["evaluate"])
     with tempfile.TemporaryDirectory() as state_dir:
         result = rl.train_rl(
             task=task,
@@ -137,18 +138,16 @@ def _train_and_evaluate(
             run_seed=run_seed,
             state_dir=state_dir,
             key=rl.run_key({"variant": name, "seed": run_seed}),
-            eval_episodes=config["evaluate"]["during_training"],
+            eval_episodes=evaluate.during_training,
             clip_obs=config["bc"]["clip_obs"],
             threads=1,
-            eval_envs=config["evaluate"]["n_envs"],
+            eval_envs=evaluate.n_envs,
             checkpoint_every=config["rl"]["checkpoint_every"],
         )
     _, act_space = tasks.spaces(task.env_id, task.env_kwargs)
     actor = acting.make_actor(result.model.policy, result.normalizer, act_space)
-    seeds = evaluation.heldout_seeds(config["seed"], config["evaluate"]["episodes"])
-    final = evaluation.evaluate(
-        task.env_id, task.env_kwargs, actor, seeds, n_envs=config["evaluate"]["n_envs"]
-    )
+    seeds = evaluation.heldout_seeds(config["seed"], evaluate.episodes)
+    final = evaluation.evaluate(task.env_id, task.env_kwargs, actor, seeds, n_envs=evaluate.n_envs)
     log_std = getattr(result.model.policy, "log_std", None)
     return {
         "variant": name,

@@ -49,7 +49,15 @@ from unittest import mock
 from _common import BENCH_DIR, machine, report
 
 from demo2rl import collect, dataset, groups, provenance, tracking
-from demo2rl.config import BCConfig, PolicyConfig, RLConfig, TaskConfig, TrackingConfig
+from demo2rl.config import (
+    BCConfig,
+    CollectConfig,
+    EvaluateConfig,
+    PolicyConfig,
+    RLConfig,
+    TaskConfig,
+    TrackingConfig,
+)
 from demo2rl.config import load as load_config
 from demo2rl.stages import train_bc as bc_stage
 from demo2rl.stages import train_rl as rl_stage
@@ -124,8 +132,8 @@ def run_jobs(config: dict[str, Any], demos: Path, root: Path) -> dict[str, dict[
     # what the rules pass: the held-out episodes of the quick evaluations (a param), the envs
     # stepped together in them and the checkpoint spacing (speed-only resources); train_rl gets
     # the task without its expert and the rl slice without the seed list and checkpoint_every
-    eval_episodes = config["evaluate"]["during_training"]
-    eval_envs = config["evaluate"]["n_envs"]
+    evaluate = EvaluateConfig.of(config["evaluate"])
+    eval_episodes, eval_envs = evaluate.during_training, evaluate.n_envs
     env = {k: config["task"][k] for k in ("env_id", "env_kwargs")}
     rl_cfg = groups.arm_rl_config(config["rl"], "bc")
 
@@ -323,7 +331,7 @@ def build_dataset(path: Path, config: dict[str, Any], n_episodes: int) -> Path:
     if path.is_file() and dataset.read(path).n_episodes == n_episodes:
         return path
     print(f"collecting {n_episodes} demonstration episodes into {path} ...")
-    task = config["task"]
+    task, settings = config["task"], CollectConfig.of(config["collect"])
     shard = collect.collect_shard(
         env_id=task["env_id"],
         env_kwargs=task["env_kwargs"],
@@ -331,10 +339,11 @@ def build_dataset(path: Path, config: dict[str, Any], n_episodes: int) -> Path:
         expert_kwargs=task["expert"]["kwargs"],
         base_seed=config["seed"],
         episodes=range(n_episodes),
-        n_envs=config["collect"]["n_envs"],
+        n_envs=settings.n_envs,
     )
-    valid = config["collect"]["valid_fraction"]
-    merged = dataset.merge([shard], ["bench"], n_episodes=n_episodes, valid_fraction=valid)
+    merged = dataset.merge(
+        [shard], ["bench"], n_episodes=n_episodes, valid_fraction=settings.valid_fraction
+    )
     dataset.write(path, merged)
     return path
 

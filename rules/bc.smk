@@ -17,13 +17,13 @@ rule train_bc:
         runtime=60,
         gpu=gpus(config["bc"]["device"]),
         # envs stepped together when clone and expert drive the held-out episodes: speed only
-        eval_envs=config["evaluate"]["n_envs"],
+        eval_envs=EVALUATE.n_envs,
     params:
         tracking=TRACKING,
         task=config["task"],
         policy=config["policy"],
         bc=config["bc"],
-        eval_episodes=config["evaluate"]["during_training"],
+        eval_episodes=EVALUATE.during_training,
         seed=config["seed"],
         code=code("train_bc", task=True),
     script:

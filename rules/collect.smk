@@ -12,11 +12,11 @@ rule collect_shard:
         mem_mb=2000,
         runtime=30,
         # envs stepped as one batch: speed only (every episode's seed is fixed by its index)
-        envs=config["collect"]["n_envs"],
+        envs=COLLECT.n_envs,
     params:
         tracking=TRACKING,
         task=config["task"],
-        collect={k: config["collect"][k] for k in ("n_episodes", "n_shards")},
+        collect=COLLECT.pick("n_episodes", "n_shards"),
         seed=config["seed"],
         code=code("collect_shard", task=True),
     script:
@@ -40,7 +40,7 @@ rule merge_demos:
         runtime=15,
     params:
         tracking=TRACKING,
-        collect={k: config["collect"][k] for k in ("n_episodes", "valid_fraction")},
+        collect=COLLECT.pick("n_episodes", "valid_fraction"),
         code=code("merge_demos"),
     script:
         "../scripts/merge_demos.py"

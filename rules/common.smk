@@ -26,7 +26,10 @@ config.clear()
 config.update(_canonical)
 
 RESULTS = f"results/{config['experiment']}"
-SHARDS = range(config["collect"]["n_shards"])
+# the sections the rules read themselves (each job gets the one or two numbers it uses)
+COLLECT = config_checks.CollectConfig.of(config["collect"])
+EVALUATE = config_checks.EvaluateConfig.of(config["evaluate"])
+SHARDS = range(COLLECT.n_shards)
 INITS = config["rl"]["inits"]
 RL_SEEDS = config["rl"]["seeds"]
 ENV = {k: config["task"][k] for k in ("env_id", "env_kwargs")}

@@ -41,12 +41,12 @@ rule evaluate:
         mem_mb=2000,
         runtime=30,
         # envs stepped together: speed only
-        envs=config["evaluate"]["n_envs"],
+        envs=EVALUATE.n_envs,
     params:
         tracking=TRACKING,
         # the expert is the task's; a learned policy's network comes from its checkpoint
         task=lambda wc: config["task"] if wc.policy == "expert" else ENV,
-        episodes=config["evaluate"]["episodes"],
+        episodes=EVALUATE.episodes,
         seed=config["seed"],
         code=code("evaluate", task=True),
     script:

@@ -61,11 +61,11 @@ rule summarize:
         runtime=15,
     params:
         tracking=TRACKING,
-        bootstrap_reps=config["evaluate"]["bootstrap_reps"],
-        confidence=config["evaluate"]["confidence"],
+        bootstrap_reps=EVALUATE.bootstrap_reps,
+        confidence=EVALUATE.confidence,
         seed=config["seed"],
         # the RL learning curves were evaluated on this many of the held-out tracks
-        curve_tracks=config["evaluate"]["during_training"],
+        curve_tracks=EVALUATE.during_training,
         # summary.md links to the figures
         figures=SUMMARY_FIGURES,
         code=code("summarize"),

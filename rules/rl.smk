@@ -19,14 +19,14 @@ rule train_rl:
         gpu=gpus(config["rl"]["device"]),
         # speed and robustness only: envs stepped together in the held-out evaluations, and
         # env steps between resumable checkpoints
-        eval_envs=config["evaluate"]["n_envs"],
+        eval_envs=EVALUATE.n_envs,
         checkpoint_every=config["rl"]["checkpoint_every"],
     params:
         tracking=TRACKING,
         task=ENV,
         policy=config["policy"],
         rl=rl_params,
-        eval_episodes=config["evaluate"]["during_training"],
+        eval_episodes=EVALUATE.during_training,
         seed=config["seed"],
         clip_obs=config["bc"]["clip_obs"],
         # resumable state lives beside the outputs, not as one: Snakemake must not delete it;

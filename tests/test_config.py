@@ -132,6 +132,11 @@ def test_sections_are_frozen_and_typed():
     policy = config.PolicyConfig.of({**cfg["policy"], "net_arch": [32, 16]})
     assert policy.net_arch == {"pi": [32, 16], "vf": [32, 16]}
     assert isinstance(config.BCConfig.of({**cfg["bc"], "learning_rate": 1}).learning_rate, float)
+    collect = config.CollectConfig.of(cfg["collect"])
+    assert collect.pick("n_episodes", "n_shards") == {  # a rule's param: the config's own names
+        "n_episodes": cfg["collect"]["n_episodes"],
+        "n_shards": cfg["collect"]["n_shards"],
+    }
 
 
 def typo(section: str, path: str) -> dict:
@@ -147,7 +152,14 @@ def typo(section: str, path: str) -> dict:
 
 
 @pytest.mark.parametrize(
-    ("section", "path"), [("bc", "learning_rate"), ("rl", "ppo.n_steps"), ("policy", "ortho_init")]
+    ("section", "path"),
+    [
+        ("bc", "learning_rate"),
+        ("rl", "ppo.n_steps"),
+        ("policy", "ortho_init"),
+        ("collect", "n_shards"),
+        ("evaluate", "during_training"),
+    ],
 )
 def test_a_key_a_section_does_not_know_is_named(section, path):
     with pytest.raises(config.ConfigError) as err:

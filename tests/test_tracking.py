@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
@@ -271,6 +272,17 @@ def test_no_tracking_module_is_fingerprinted():
     for stage in pkgutil.iter_modules(stages.__path__):
         modules = provenance.code_modules(f"{stages.__name__}.{stage.name}")
         assert not [m for m in modules if m.startswith(tracking.__name__)], stage.name
+
+
+def test_every_name_of_the_interface_is_its_modules_own():
+    """The package imports its modules on first use: each name it lists resolves to the object
+    of the module that defines it, and it resolves no name it does not list."""
+    assert sorted(tracking._HOME) == sorted(tracking.__all__)
+    for name, module in tracking._HOME.items():
+        home = importlib.import_module(f"{tracking.__name__}.{module}")
+        assert getattr(tracking, name) is getattr(home, name), name
+    with pytest.raises(AttributeError, match="no attribute 'parent_run'"):
+        tracking.parent_run  # noqa: B018
 
 
 def test_a_job_without_tracking_never_imports_mlflow(tmp_path):

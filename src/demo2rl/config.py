@@ -4,13 +4,16 @@
   Snakefile validates its config; :func:`load` does the same for code outside the workflow
   (tests, benchmarks). config/config.yaml repeats them as documentation, and a test checks that
   the two agree.
-* **Typed sections.** A rule passes its job the slice of the config the job reads, as plain
-  params (what Snakemake compares to decide a rerun); the stage module turns each slice into the
-  frozen dataclass below (:meth:`Section.of`) and the library only ever sees those. A key the
-  dataclass does not know, or a missing one, is a :class:`ConfigError` naming it.
-* Keys that shape the set of jobs or only set their speed (``experiment``, ``rl.seeds``,
-  ``rl.inits``, ``rl.checkpoint_every``, ``collect.*``, ``evaluate.*``) are read by the rules in
-  rules/*.smk and reach a job as plain numbers (or as a resource), one argument each.
+* **Typed sections.** Every section is a frozen dataclass below. A rule passes its job the
+  slice of the config the job reads, as plain params (what Snakemake compares to decide a
+  rerun); the stage module turns each slice into its dataclass (:meth:`Section.of`) and the
+  library only ever sees those. A key the dataclass does not know, or a missing one, is a
+  :class:`ConfigError` naming it.
+* ``collect`` and ``evaluate`` mostly shape the set of jobs or set their speed: the rules read
+  them as :class:`CollectConfig` and :class:`EvaluateConfig` (rules/common.smk) and hand each
+  job the one or two numbers it uses, as plain params (or as a resource), so that a key a job
+  does not read never reruns it. ``rl.seeds``, ``rl.inits`` and ``rl.checkpoint_every`` are the
+  rules' alone (:data:`RULE_ONLY_KEYS`).
 * :func:`check` holds the cross-key checks a JSON schema cannot say.
 
 Adding a hyperparameter: its schema entry (type, default, ``x-read-by``), its field here, the
@@ -117,6 +120,11 @@ class Section:
             values[name] = copy.deepcopy(value)
         return cls(**values)
 
+    def pick(self, *names: str) -> dict[str, Any]:
+        """The fields ``names`` as a plain mapping: the slice of the section a rule passes as a
+        param, by the config's own key names (as MLflow records a run's params)."""
+        return {name: getattr(self, name) for name in names}
+
     def to_dict(self) -> dict[str, Any]:
         """The section as plain JSON-able values (for run keys and checkpoints)."""
         return dataclasses.asdict(self)  # type: ignore[call-overload]
@@ -149,6 +157,17 @@ class TaskConfig(Section):
     env_id: str
     env_kwargs: dict[str, Any]
     expert: ExpertConfig | None
+
+
+@dataclasses.dataclass(frozen=True)
+class CollectConfig(Section):
+    """``collect``: how many demonstration episodes, in how many shard jobs, and their split."""
+
+    PATH = "collect"
+    n_episodes: int
+    n_shards: int
+    n_envs: int
+    valid_fraction: float
 
 
 @dataclasses.dataclass(frozen=True)
@@ -255,6 +274,19 @@ class RLConfig(Section):
 
 
 @dataclasses.dataclass(frozen=True)
+class EvaluateConfig(Section):
+    """``evaluate``: the held-out episodes of the final comparison and of the quick evaluations
+    during training, and the summary's bootstrap."""
+
+    PATH = "evaluate"
+    episodes: int
+    during_training: int
+    n_envs: int
+    bootstrap_reps: int
+    confidence: float
+
+
+@dataclasses.dataclass(frozen=True)
 class TrackingConfig(Section):
     """``tracking``: whether jobs log to MLflow, and how tracking failures are treated.
 
@@ -270,12 +302,14 @@ class TrackingConfig(Section):
 
 SECTIONS: dict[str, type[Section]] = {
     "task": TaskConfig,
+    "collect": CollectConfig,
     "policy": PolicyConfig,
     "bc": BCConfig,
     "rl": RLConfig,
+    "evaluate": EvaluateConfig,
     "tracking": TrackingConfig,
 }
-"""The sections the library reads as dataclasses (the others reach jobs as plain numbers)."""
+"""Every config section (but the top-level ``experiment`` and ``seed``) and its dataclass."""
 RULE_ONLY_KEYS = ("rl.seeds", "rl.inits", "rl.checkpoint_every")
 """Keys of those sections that the rules read and no dataclass holds."""
 
