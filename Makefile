@@ -63,7 +63,8 @@ format: venv  ## apply ruff and snakefmt formatting
 	$(BIN)/snakefmt Snakefile rules
 
 bench: venv  ## run the speed benchmarks (figures to results/bench/*.json)
-	for b in benchmarks/collect.py benchmarks/bc.py benchmarks/rl.py benchmarks/tracking.py; do \
+	for b in benchmarks/collect.py benchmarks/bc.py benchmarks/rl.py benchmarks/tracking.py \
+		benchmarks/untracked.py; do \
 		$(BIN)/python $$b || exit 1; done
 
 DIAGNOSIS = scratch bc residual kickstart bc:warm_start.log_std=-1.0 bc:warm_start.log_std=-0.5 \
