@@ -331,7 +331,7 @@ def build_dataset(path: Path, config: dict[str, Any], n_episodes: int) -> Path:
     if path.is_file() and dataset.read(path).n_episodes == n_episodes:
         return path
     print(f"collecting {n_episodes} demonstration episodes into {path} ...")
-    task, settings = config["task"], CollectConfig.of(config["collect"])
+    task, collect_cfg = config["task"], CollectConfig.of(config["collect"])
     shard = collect.collect_shard(
         env_id=task["env_id"],
         env_kwargs=task["env_kwargs"],
@@ -339,10 +339,10 @@ def build_dataset(path: Path, config: dict[str, Any], n_episodes: int) -> Path:
         expert_kwargs=task["expert"]["kwargs"],
         base_seed=config["seed"],
         episodes=range(n_episodes),
-        n_envs=settings.n_envs,
+        n_envs=collect_cfg.n_envs,
     )
     merged = dataset.merge(
-        [shard], ["bench"], n_episodes=n_episodes, valid_fraction=settings.valid_fraction
+        [shard], ["bench"], n_episodes=n_episodes, valid_fraction=collect_cfg.valid_fraction
     )
     dataset.write(path, merged)
     return path
