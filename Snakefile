@@ -29,7 +29,5 @@ rule all:
     input:
         f"{RESULTS}/demos/demos.h5",
         f"{RESULTS}/bc/policy.pt",
-        expand(
-            f"{RESULTS}/rl/{{init}}/seed-{{seed}}/policy.pt", init=INITS, seed=RL_SEEDS
-        ),
+        [f"{run.dir(RESULTS)}/policy.pt" for run in RL_RUNS],
         REPORT_TARGETS,

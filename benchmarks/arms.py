@@ -34,7 +34,7 @@ import pandas as pd
 import torch
 import yaml
 
-from demo2rl import acting, evaluation, groups, provenance, rl, summary, tasks
+from demo2rl import acting, evaluation, groups, names, provenance, rl, summary
 from demo2rl import config as config_lib
 from demo2rl.dataset import read_attrs
 from demo2rl.io import write_json
@@ -85,8 +85,9 @@ def _from_workflow(
     """A variant without overrides is the workflow's own run of that arm and seed: its outputs
     (the same code and seeds give the same numbers) if they are there and of this rl config."""
 
-    run = Path(results) / "rl" / init / f"seed-{run_seed}"
-    record = Path(results) / "eval" / f"rl-{init}-seed{run_seed}.json"
+    rl_run = names.RLRun(init, run_seed)
+    run = Path(rl_run.dir(results))
+    record = Path(results) / "eval" / f"{rl_run.name}.json"
     if not (run / "policy.pt").is_file() or not record.is_file():
         return None
     ckpt = torch.load(run / "policy.pt", weights_only=True)
@@ -127,25 +128,24 @@ def _train_and_evaluate(
     task = config_lib.TaskConfig.of({k: config["task"][k] for k in ("env_id", "env_kwargs")})
     evaluate = config_lib.EvaluateConfig.of(config["evaluate"])
     with tempfile.TemporaryDirectory() as state_dir:
-        result = rl.train_rl(
-            task=task,
-            init=init,
-            demos_path=f"{results}/demos/demos.h5",
-            bc_checkpoint=f"{results}/bc/policy.pt",
-            policy_cfg=config_lib.PolicyConfig.of(config["policy"]),
-            rl_cfg=config_lib.RLConfig.of(rl_cfg),
-            base_seed=config["seed"],
+        spec = rl.RLJob(
+            arm=init,
             run_seed=run_seed,
-            state_dir=state_dir,
-            key=rl.run_key({"variant": name, "seed": run_seed}),
-            eval_episodes=evaluate.during_training,
+            seed=config["seed"],
+            task=task,
+            policy=config_lib.PolicyConfig.of(config["policy"]),
+            rl=config_lib.RLConfig.of(rl_cfg),
             clip_obs=config["bc"]["clip_obs"],
+            eval_episodes=evaluate.during_training,
+            demos=f"{results}/demos/demos.h5",
+            clone=f"{results}/bc/policy.pt",
+            state_dir=state_dir,
             threads=1,
             eval_envs=evaluate.n_envs,
             checkpoint_every=config["rl"]["checkpoint_every"],
         )
-    _, act_space = tasks.spaces(task.env_id, task.env_kwargs)
-    actor = acting.make_actor(result.model.policy, result.normalizer, act_space)
+        result = rl.train_rl(spec, key=rl.run_key({"variant": name, "seed": run_seed}))
+    actor = acting.make_actor(result.model.policy, result.normalizer, result.action_space)
     seeds = evaluation.heldout_seeds(config["seed"], evaluate.episodes)
     final = evaluation.evaluate(task.env_id, task.env_kwargs, actor, seeds, n_envs=evaluate.n_envs)
     log_std = getattr(result.model.policy, "log_std", None)

@@ -32,6 +32,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from demo2rl import bc, bc_data, collect, dataset, provenance
+from demo2rl import policy as policy_lib
 from demo2rl.config import BCConfig, PolicyConfig
 from demo2rl.config import load as load_config
 from demo2rl.io import write_json
@@ -251,7 +252,7 @@ def fresh_model(ours: bc.BCResult, device: torch.device, lr: float) -> tuple[Any
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         policy = build_policy(ours.observation_space, ours.action_space, POLICY_CFG).to(device)
-    return policy, torch.optim.Adam(bc.actor_parameters(policy), lr=lr)
+    return policy, torch.optim.Adam(policy_lib.actor_parameters(policy), lr=lr)
 
 
 def build_dataset(path: Path, n_episodes: int) -> Path:

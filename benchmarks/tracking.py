@@ -48,7 +48,7 @@ from unittest import mock
 
 from _common import BENCH_DIR, machine, report
 
-from demo2rl import collect, dataset, groups, provenance, tracking
+from demo2rl import collect, dataset, groups, names, provenance, rl, tracking
 from demo2rl.config import (
     BCConfig,
     CollectConfig,
@@ -138,42 +138,42 @@ def run_jobs(config: dict[str, Any], demos: Path, root: Path) -> dict[str, dict[
     rl_cfg = groups.arm_rl_config(config["rl"], "bc")
 
     def train_bc(run: tracking.Run) -> None:
-        bc_stage.train_bc(
-            demos_path=str(demos),
+        spec = bc_stage.BCJob(
+            task=TaskConfig.of(config["task"]),
+            policy=PolicyConfig.of(config["policy"]),
+            bc=BCConfig.of(config["bc"]),
+            seed=config["seed"],
+            eval_episodes=eval_episodes,
+            demos=str(demos),
             policy_out=str(policy),
             metrics_out=str(out / "bc" / "metrics.json"),
-            task=TaskConfig.of(config["task"]),
-            policy_cfg=PolicyConfig.of(config["policy"]),
-            bc_cfg=BCConfig.of(config["bc"]),
-            eval_episodes=eval_episodes,
-            seed=config["seed"],
             threads=1,
             eval_envs=eval_envs,
-            run=run,
         )
+        bc_stage.train_bc(spec, run)
 
     def train_rl(run: tracking.Run) -> None:
-        rl_dir = out / "rl" / "bc" / "seed-0"
-        rl_stage.train_rl(
-            init="bc",
+        rl_dir = Path(names.RLRun("bc", 0).dir(str(out)))
+        spec = rl.RLJob(
+            arm="bc",
             run_seed=0,
-            demos_path=str(demos),
-            bc_checkpoint=str(policy),
+            seed=config["seed"],
+            task=TaskConfig.of(env),
+            policy=PolicyConfig.of(config["policy"]),
+            rl=RLConfig.of(rl_cfg),
+            clip_obs=config["bc"]["clip_obs"],
+            eval_episodes=eval_episodes,
+            demos=str(demos),
+            clone=str(policy),
+            state_dir=str(rl_dir / "state"),
             policy_out=str(rl_dir / "policy.pt"),
             progress_out=str(rl_dir / "progress.csv"),
             evaluations_out=str(rl_dir / "evaluations.csv"),
-            state_dir=str(rl_dir / "state"),
-            task=TaskConfig.of(env),
-            policy_cfg=PolicyConfig.of(config["policy"]),
-            rl_cfg=RLConfig.of(rl_cfg),
-            eval_episodes=eval_episodes,
-            seed=config["seed"],
-            clip_obs=config["bc"]["clip_obs"],
             threads=1,
             eval_envs=eval_envs,
             checkpoint_every=config["rl"]["checkpoint_every"],
-            run=run,
         )
+        rl_stage.train_rl(spec, run)
 
     jobs = {
         "bc": timed_job(

@@ -6,15 +6,27 @@
 # read it (`x-read-by`); tests/test_rerun_matrix.py checks that against Snakemake's plan.
 from snakemake.exceptions import WorkflowError
 
-from demo2rl import config as config_checks, groups, probe, provenance, tasks, vec_kinds
+from demo2rl import (
+    arms,
+    config as config_checks,
+    groups,
+    names,
+    probe,
+    provenance,
+    tasks,
+    vec_kinds,
+)
 
 # the config, then the task itself (one env batch, one reset, one expert call): a bad key, a
 # space the workflow cannot use or an expert that does not fit fails here, before any job
 try:
     config_checks.check(config)
-    probe.probe_task(config)
+    PROBE = probe.probe_task(config)
 except config_checks.ConfigError as err:
     raise WorkflowError(f"Invalid config: {err}") from None
+# `rl.inits: all`: every arm that applies to the task (the probe says which, and logs why an arm
+# is left out); an explicit list is checked by the probe and kept as it is
+config["rl"]["inits"] = list(PROBE.arms)
 # `auto` as it runs (native or dummy), so that spelling out the same choice reruns nothing
 config["rl"]["vec_env"] = vec_kinds.resolve_vec_env(
     config["rl"]["vec_env"], config["task"]["env_id"]
@@ -32,6 +44,9 @@ EVALUATE = config_checks.EvaluateConfig.of(config["evaluate"])
 SHARDS = range(COLLECT.n_shards)
 INITS = config["rl"]["inits"]
 RL_SEEDS = config["rl"]["seeds"]
+RL_RUNS = names.rl_runs(INITS, RL_SEEDS)
+RL_DIR = f"{RESULTS}/{names.RL_DIR}"
+"""An RL run's directory, with the init and seed wildcards."""
 ENV = {k: config["task"][k] for k in ("env_id", "env_kwargs")}
 """The task without its expert: what stages that only step the env read."""
 TASK_CODE = tasks.entry_point_modules(
@@ -44,9 +59,9 @@ TRACKING = config_checks.TrackingConfig.of(config["tracking"])
 
 
 def rl_inputs(wildcards):
-    """The dataset for every arm (normalisation statistics), the clone for all but scratch."""
+    """The dataset for every arm (normalisation statistics), the clone for the arms that use it."""
     inputs = {"demos": f"{RESULTS}/demos/demos.h5"}
-    if wildcards.init != "scratch":
+    if arms.get(wildcards.init).needs_clone:
         inputs["bc"] = f"{RESULTS}/bc/policy.pt"
     return inputs
 

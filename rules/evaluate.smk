@@ -1,15 +1,9 @@
 # Final evaluation: every policy on the same held-out tracks (evaluation seeds, disjoint from the
 # demonstration and training seeds), one job per policy.
-EVAL_POLICIES = [
-    "expert",
-    "bc",
-    *(f"rl-{init}-seed{seed}" for init in INITS for seed in RL_SEEDS),
-]
+EVAL_POLICIES = names.policy_names(INITS, RL_SEEDS)
 # the checkpoint of each learned policy (the expert is code and config only)
-CHECKPOINTS = {"bc": f"{RESULTS}/bc/policy.pt"} | {
-    f"rl-{init}-seed{seed}": f"{RESULTS}/rl/{init}/seed-{seed}/policy.pt"
-    for init in INITS
-    for seed in RL_SEEDS
+CHECKPOINTS = {names.BC: f"{RESULTS}/bc/policy.pt"} | {
+    run.name: f"{run.dir(RESULTS)}/policy.pt" for run in RL_RUNS
 }
 
 
@@ -22,7 +16,7 @@ rule evaluate:
                     "checkpoint": CHECKPOINTS[wc.policy],
                     "demos": f"{RESULTS}/demos/demos.h5",
                 }
-                if wc.policy != "expert"
+                if wc.policy != names.EXPERT
                 else {}
             )
         ),
@@ -33,7 +27,7 @@ rule evaluate:
     benchmark:
         f"{RESULTS}/benchmarks/evaluate/{{policy}}.tsv"
     wildcard_constraints:
-        policy=r"expert|bc|rl-(" + "|".join(INITS) + r")-seed\d+",
+        policy=names.policy_pattern(INITS),
     conda:
         "../envs/report.yaml"
     threads: 1
@@ -45,7 +39,7 @@ rule evaluate:
     params:
         tracking=TRACKING,
         # the expert is the task's; a learned policy's network comes from its checkpoint
-        task=lambda wc: config["task"] if wc.policy == "expert" else ENV,
+        task=lambda wc: config["task"] if wc.policy == names.EXPERT else ENV,
         episodes=EVALUATE.episodes,
         seed=config["seed"],
         code=code("evaluate", task=True),

@@ -27,11 +27,7 @@ report: "../report/workflow.rst"
 rule summarize:
     input:
         evaluations=expand(f"{RESULTS}/eval/{{policy}}.json", policy=EVAL_POLICIES),
-        curves=expand(
-            f"{RESULTS}/rl/{{init}}/seed-{{seed}}/evaluations.csv",
-            init=INITS,
-            seed=RL_SEEDS,
-        ),
+        curves=[f"{run.dir(RESULTS)}/evaluations.csv" for run in RL_RUNS],
     output:
         summary_json=f"{REPORT}/summary.json",
         summary_md=f"{REPORT}/summary.md",
@@ -66,6 +62,8 @@ rule summarize:
         seed=config["seed"],
         # the RL learning curves were evaluated on this many of the held-out tracks
         curve_tracks=EVALUATE.during_training,
+        # the RL run of each of the curves, in their order
+        curve_runs=[run.name for run in RL_RUNS],
         # summary.md links to the figures
         figures=SUMMARY_FIGURES,
         code=code("summarize"),

@@ -2,13 +2,13 @@ rule train_rl:
     input:
         unpack(rl_inputs),
     output:
-        policy=f"{RESULTS}/rl/{{init}}/seed-{{seed}}/policy.pt",
-        progress=f"{RESULTS}/rl/{{init}}/seed-{{seed}}/progress.csv",
-        evaluations=f"{RESULTS}/rl/{{init}}/seed-{{seed}}/evaluations.csv",
+        policy=f"{RL_DIR}/policy.pt",
+        progress=f"{RL_DIR}/progress.csv",
+        evaluations=f"{RL_DIR}/evaluations.csv",
     log:
-        f"{RESULTS}/logs/train_rl/{{init}}-seed{{seed}}.log",
+        f"{RESULTS}/logs/train_rl/{names.RL_LOG}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/train_rl/{{init}}-seed{{seed}}.tsv"
+        f"{RESULTS}/benchmarks/train_rl/{names.RL_LOG}.tsv"
     conda:
         "../envs/train.yaml"
     # worker processes of rl.vec_env: subproc (speed only)
@@ -31,7 +31,7 @@ rule train_rl:
         clip_obs=config["bc"]["clip_obs"],
         # resumable state lives beside the outputs, not as one: Snakemake must not delete it;
         # it records the run's key, and a run resumes only its own state
-        state_dir=lambda wc: f"{RESULTS}/rl/{wc.init}/seed-{wc.seed}/state",
+        state_dir=lambda wc: f"{names.RLRun(wc.init, int(wc.seed)).dir(RESULTS)}/state",
         code=code("train_rl", task=True),
     script:
         "../scripts/train_rl.py"

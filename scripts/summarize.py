@@ -7,7 +7,7 @@ out, p = snakemake.output, snakemake.params
 with job(snakemake, stage="summarize", run_name="summarize") as run:
     stage.summarize(
         evaluations=list(snakemake.input.evaluations),
-        curves=list(snakemake.input.curves),
+        curves=dict(zip(p.curve_runs, snakemake.input.curves, strict=True)),
         summary_json=out.summary_json,
         summary_md=out.summary_md,
         tables={k: out[k] for k in ("policies", "improvement", "runs", "episodes")},

@@ -5,17 +5,17 @@ from demo2rl.jobs import job
 from demo2rl.stages import train_bc as stage
 
 p = snakemake.params
+spec = stage.BCJob(
+    task=TaskConfig.of(p.task),
+    policy=PolicyConfig.of(p.policy),
+    bc=BCConfig.of(p.bc),
+    seed=p.seed,
+    eval_episodes=p.eval_episodes,
+    demos=snakemake.input.demos,
+    policy_out=snakemake.output.policy,
+    metrics_out=snakemake.output.metrics,
+    threads=snakemake.threads,
+    eval_envs=snakemake.resources.eval_envs,
+)
 with job(snakemake, stage="bc", run_name="bc") as run:
-    stage.train_bc(
-        demos_path=snakemake.input.demos,
-        policy_out=snakemake.output.policy,
-        metrics_out=snakemake.output.metrics,
-        task=TaskConfig.of(p.task),
-        policy_cfg=PolicyConfig.of(p.policy),
-        bc_cfg=BCConfig.of(p.bc),
-        eval_episodes=p.eval_episodes,
-        seed=p.seed,
-        threads=snakemake.threads,
-        eval_envs=snakemake.resources.eval_envs,
-        run=run,
-    )
+    stage.train_bc(spec, run)

@@ -168,7 +168,7 @@ def test_rescaled_action_space_is_learned_in_env_units():
 
 def test_dataset_errors_name_the_file_and_the_problem(racing_demos, racing_file, tmp_path):
     racing = tasks.make_env(ENV_ID, ENV_KWARGS)
-    bc.check_dataset(racing_demos, racing.observation_space, racing.action_space, ENV_ID)
+    dataset.check_dataset(racing_demos, racing.observation_space, racing.action_space, ENV_ID)
     car = gym.make("MountainCarContinuous-v0")
     with pytest.raises(dataset.DatasetError, match=r"demos.h5: observation_space shape \(39,\)"):
         bc.train_bc(
@@ -180,10 +180,10 @@ def test_dataset_errors_name_the_file_and_the_problem(racing_demos, racing_file,
             threads=1,
         )
     with pytest.raises(dataset.DatasetError, match=r"action_space shape \(2,\) vs \(1,\)"):
-        bc.check_dataset(racing_demos, None, car.action_space, None, path="x.h5")
+        dataset.check_dataset(racing_demos, None, car.action_space, None, path="x.h5")
     with pytest.raises(dataset.DatasetError, match="env_id 'Racing-v0' vs expected 'Mount"):
-        bc.check_dataset(racing_demos, None, None, "MountainCarContinuous-v0")
-    bc.check_dataset(racing_demos, None, None, "demo2rl.envs:Racing-v0")
+        dataset.check_dataset(racing_demos, None, None, "MountainCarContinuous-v0")
+    dataset.check_dataset(racing_demos, None, None, "demo2rl.envs:Racing-v0")
 
     no_train = dataclasses.replace(
         racing_demos, split={"train": np.zeros(0, np.int64), "valid": np.arange(40)}

@@ -95,10 +95,10 @@ BAD = {
         "task.expert.entry_point",
         ["the expert raised on a batch of 2 reset observations", "IndexError", "probe_tasks.py"],
     ),
-    "residual arm on Discrete actions": (
-        config_with(**CARTPOLE),
+    "an arm that is not registered": (
+        config_with(**CARTPOLE) | {"rl": BASE["rl"] | {"inits": ["bc", "sac"]}},
         "rl.inits",
-        ["the residual arm needs continuous (Box) actions", "Discrete(2)"],
+        ["unknown arm 'sac'", "known: bc, residual, kickstart, scratch"],
     ),
     "native vec env the task does not have": (
         config_with(**PENDULUM) | {"rl": BASE["rl"] | {"vec_env": "native"}},

@@ -53,7 +53,7 @@ import yaml
 from conftest import REPO, TEST_CONFIG, copy_run, snakemake, untracked
 
 from demo2rl import dataset
-from demo2rl.groups import ARMS
+from demo2rl.arms import BUILTIN as ARMS
 from demo2rl.tracking import sidecar_path
 
 pytestmark = pytest.mark.integration

@@ -21,6 +21,7 @@ import torch
 
 from demo2rl import (
     acting,
+    arms,
     bc,
     checkpoints,
     collect,
@@ -128,24 +129,41 @@ def train(
     **overrides,
 ) -> rl.RLResult:
     """A run of RL_CFG with ``overrides``: rl config keys, or the speed settings in RUN_ARGS."""
-    demos, clone = demos_and_clone
     run_args = RUN_ARGS | {k: overrides.pop(k) for k in RUN_ARGS if k in overrides}
     rl_cfg = RL_CFG | overrides
-    return rl.train_rl(
+    spec = job(demos_and_clone, state_dir, init, rl_cfg, task=task, eval_episodes=eval_episodes)
+    spec = dataclasses.replace(spec, **run_args)
+    return rl.train_rl(spec, key=key_of(init, rl_cfg) if key is None else key)
+
+
+def job(
+    demos_and_clone,
+    state_dir: Path,
+    init: str,
+    rl_cfg: dict,
+    *,
+    task: tuple[str, dict] = (ENV_ID, ENV_KWARGS),
+    eval_episodes: int = EVAL_EPISODES,
+    run_seed: int = 1,
+    **fields,
+) -> rl.RLJob:
+    """The job spec of a run of these tests (the clone given to every arm that needs it)."""
+    demos, clone = demos_and_clone
+    spec = rl.RLJob(
+        arm=init,
+        run_seed=run_seed,
+        seed=0,
         task=configs.task(*task),
-        init=init,
-        demos_path=demos,
-        bc_checkpoint=None if init == "scratch" else clone,
-        policy_cfg=POLICY_CFG,
-        rl_cfg=typed(init, rl_cfg),
-        base_seed=0,
-        run_seed=1,
-        state_dir=state_dir,
-        key=key_of(init, rl_cfg) if key is None else key,
-        eval_episodes=eval_episodes,
+        policy=POLICY_CFG,
+        rl=typed(init, rl_cfg),
         clip_obs=CLIP_OBS,
-        **run_args,
+        eval_episodes=eval_episodes,
+        demos=str(demos),
+        clone=str(clone) if arms.get(init).needs_clone else None,
+        state_dir=str(state_dir),
+        **RUN_ARGS,
     )
+    return dataclasses.replace(spec, **fields)
 
 
 def same_rows(a: list[dict], b: list[dict]) -> bool:
@@ -171,7 +189,7 @@ def clone_env(demos_and_clone):
     env_probe.close()
     clone, normalizer, _ = checkpoints.load_checkpoint(clone_path, obs_space, act_space, POLICY_CFG)
     env = rl.make_training_env(
-        configs.task(ENV_ID, ENV_KWARGS), typed("bc", RL_CFG), normalizer, n_workers=1
+        configs.task(ENV_ID, ENV_KWARGS), typed("bc", RL_CFG), normalizer, act_space, n_workers=1
     )
     yield clone, normalizer, act_space, env
     env.close()
@@ -180,14 +198,16 @@ def clone_env(demos_and_clone):
 def build(init: str, clone_env, rl_cfg: dict | None = None, seed: int = 3) -> rl.GuidedPPO:
     clone, _, _, env = clone_env
     return rl.build_model(
-        init,
-        env,
-        policy_cfg=POLICY_CFG,
-        rl_cfg=typed(init, rl_cfg or RL_CFG),
-        clone=clone,
-        demos=lambda: pytest.fail("no demonstration term in this config"),
-        seed=seed,
-        device="cpu",
+        rl.Start(
+            arm=arms.get(init),
+            env=env,
+            policy_cfg=POLICY_CFG,
+            rl_cfg=typed(init, rl_cfg or RL_CFG),
+            clone=clone,
+            demos=lambda: pytest.fail("no demonstration term in this config"),
+            seed=seed,
+            device="cpu",
+        )
     )
 
 
@@ -405,40 +425,24 @@ def test_two_trainers_never_share_a_state_dir(demos_and_clone, tmp_path, monkeyp
 
 def test_bc_arm_refuses_a_checkpoint_of_another_architecture(demos_and_clone, tmp_path):
     other = dataclasses.replace(POLICY_CFG, net_arch={"pi": [32], "vf": [32]})
-    demos, clone = demos_and_clone
     with pytest.raises(
         checkpoints.CheckpointError, match=r"bc.pt: policy.net_arch.pi is \[64, 64\]"
     ):
         rl.train_rl(
-            task=configs.task(ENV_ID, ENV_KWARGS),
-            init="bc",
-            demos_path=demos,
-            bc_checkpoint=clone,
-            policy_cfg=other,
-            rl_cfg=typed("bc", RL_CFG),
-            base_seed=0,
-            run_seed=0,
-            state_dir=tmp_path / "state",
+            job(demos_and_clone, tmp_path / "state", "bc", RL_CFG, run_seed=0, policy=other),
             key=key_of("bc", RL_CFG, run_seed=0),
-            eval_episodes=EVAL_EPISODES,
-            clip_obs=CLIP_OBS,
-            **RUN_ARGS,
         )
     with pytest.raises(checkpoints.CheckpointError, match="missing.pt: no such checkpoint file"):
         rl.train_rl(
-            task=configs.task(ENV_ID, ENV_KWARGS),
-            init="bc",
-            demos_path=demos,
-            bc_checkpoint=tmp_path / "missing.pt",
-            policy_cfg=POLICY_CFG,
-            rl_cfg=typed("bc", RL_CFG),
-            base_seed=0,
-            run_seed=0,
-            state_dir=tmp_path / "state",
+            job(
+                demos_and_clone,
+                tmp_path / "state",
+                "bc",
+                RL_CFG,
+                run_seed=0,
+                clone=str(tmp_path / "missing.pt"),
+            ),
             key=key_of("bc", RL_CFG, run_seed=0),
-            eval_episodes=EVAL_EPISODES,
-            clip_obs=CLIP_OBS,
-            **RUN_ARGS,
         )
 
 

@@ -15,7 +15,8 @@ import yaml
 from conftest import REPO, TEST_CONFIG, snakemake
 from rliable import metrics as rly
 
-from demo2rl import dataset, evaluation, groups, rollout, seeds, summary, tasks
+from demo2rl import arms as arms_lib
+from demo2rl import dataset, evaluation, groups, names, rollout, seeds, summary, tasks
 from demo2rl.config import TrackingConfig
 from demo2rl.envs import replay
 
@@ -130,12 +131,12 @@ def test_policy_groups(name, group):
 
 
 def test_summary_reexports_the_groups():
-    assert summary.GROUPS is groups.GROUPS and summary.LABELS is groups.LABELS
+    assert summary.all_groups is groups.all_groups and summary.label is groups.label
     assert summary.policy_group is groups.policy_group
 
 
 def test_every_demo_arm_is_compared_with_scratch_and_the_clone():
-    everything = list(groups.GROUPS)
+    everything = list(groups.all_groups())
     assert groups.comparisons(everything) == [
         ("rl_bc", "rl_scratch"),
         ("rl_residual", "rl_scratch"),
@@ -290,7 +291,7 @@ def returns_matrix(evals: dict[str, dict], group: str) -> np.ndarray:
 def test_every_policy_is_evaluated_on_the_heldout_tracks(test_workflow: Path):
     evals = load_evals(test_workflow)
     expected = {"expert", "bc"} | {
-        f"rl-{init}-seed{s}" for init in groups.ARMS for s in CONFIG["rl"]["seeds"]
+        run.name for run in names.rl_runs(arms_lib.BUILTIN, CONFIG["rl"]["seeds"])
     }
     assert set(evals) == expected
     heldout = evaluation.heldout_seeds(CONFIG["seed"], CONFIG["evaluate"]["episodes"])
@@ -333,8 +334,8 @@ def test_summary_numbers_recomputed_from_the_evaluation_jsons(test_workflow: Pat
     evals = load_evals(test_workflow)
     report = results(test_workflow) / "report"
     out = json.loads((report / "summary.json").read_text())
-    assert set(out["groups"]) == set(summary.GROUPS)
-    for group in summary.GROUPS:
+    assert set(out["groups"]) == set(summary.all_groups())
+    for group in summary.all_groups():
         scores = returns_matrix(evals, group)
         st = out["groups"][group]
         assert st["n_runs"] == len(scores) and st["n_tracks"] == scores.shape[1]
@@ -348,7 +349,7 @@ def test_summary_numbers_recomputed_from_the_evaluation_jsons(test_workflow: Pat
         assert c["probability"] == pytest.approx(float(rly.probability_of_improvement(x, y)))
         assert 0 <= c["ci"][0] <= c["probability"] <= c["ci"][1] <= 1
     improvement = [(c["x"], c["y"]) for c in out["probability_of_improvement"].values()]
-    assert sorted(improvement) == sorted(groups.comparisons(summary.GROUPS))
+    assert sorted(improvement) == sorted(groups.comparisons(summary.all_groups()))
     # steps to the expert's return: the first point of each arm's mean curve at its level
     expert_level = out["curve_levels"]["expert"]
     for group, band in out["learning_curves"].items():
@@ -366,8 +367,8 @@ def test_summary_numbers_recomputed_from_the_evaluation_jsons(test_workflow: Pat
         episodes = list(csv.DictReader(fh))
     assert len(episodes) == sum(len(r["episodes"]["seed"]) for r in evals.values())
     md = (report / "summary.md").read_text()
-    for arm in groups.ARMS:
-        assert f"| {groups.LABELS['rl_' + arm]} |" in md
+    for arm in arms_lib.REGISTRY.values():
+        assert f"| {arm.label} |" in md
     assert "P(residual RL on BC > RL from scratch)" in md
     assert "Env steps until the mean learning curve reaches the expert's return" in md
 
@@ -407,7 +408,7 @@ def test_more_seeds_add_only_their_runs_and_evaluations(test_workflow: Path, tmp
     proc = snakemake(test_workflow, "-n", "--configfile", str(TEST_CONFIG), str(more))
     text = proc.stdout + proc.stderr
     # the figures drawn from the summary and the new evaluations are redrawn too; nothing else
-    arms = groups.ARMS  # the test config runs every arm
+    arms = arms_lib.BUILTIN  # the test config runs every arm
     assert job_counts(text) == {
         "train_rl": len(arms),
         "evaluate": len(arms),
@@ -463,20 +464,20 @@ def test_summarize_stage_for_a_generic_task(
         monkeypatch.delenv(key, raising=False)
     monkeypatch.delenv(tracking.PARENT_ENV, raising=False)
     rng = np.random.default_rng(0)
-    evals, curves = [], []
+    evals, curves = [], {}
     for name, level in [("expert", 90), ("bc", 80)] + [
-        (f"rl-{init}-seed{s}", 85 + 10 * (init == arms[0])) for init in arms for s in (0, 1)
+        (run.name, 85 + 10 * (run.arm == arms[0])) for run in names.rl_runs(arms, (0, 1))
     ]:
         path = tmp_path / "eval" / f"{name}.json"
         path.parent.mkdir(exist_ok=True)
         path.write_text(json.dumps(record(name, level + rng.normal(0, 3, 6))))
         evals.append(str(path))
-        if name.startswith("rl-"):
-            init, seed = name.split("-")[1], name.rpartition("seed")[2]
-            csv_path = tmp_path / "rl" / init / f"seed-{seed}" / "evaluations.csv"
+        run = names.RLRun.parse(name)
+        if run is not None:
+            csv_path = Path(run.dir(str(tmp_path))) / "evaluations.csv"
             csv_path.parent.mkdir(parents=True)
             csv_path.write_text("step,return_mean\n0,70\n1000,80\n2000,90\n")
-            curves.append(str(csv_path))
+            curves[name] = str(csv_path)
     out = tmp_path / "report"
     figures = {
         "curves_png": str(out / "plots" / "learning_curves.png"),

@@ -7,13 +7,14 @@ from pathlib import Path
 
 import mlflow
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 import yaml
 from conftest import REPO, TEST_CONFIG, snakemake, untracked
 
-from demo2rl import dataset, seeds
-from demo2rl.groups import ARMS
+from demo2rl import dataset, names, seeds
+from demo2rl.arms import BUILTIN as ARMS
 
 pytestmark = pytest.mark.integration
 CONFIG = yaml.safe_load(TEST_CONFIG.read_text())
@@ -65,7 +66,7 @@ def test_mlflow_has_a_parent_run_and_a_child_per_job(test_workflow: Path):
     assert parent.data.params["collect.n_episodes"] == str(CONFIG["collect"]["n_episodes"])
     children = {r.info.run_name: r for r in all_runs if r is not parent}
     shards = [f"collect-shard{k}" for k in range(CONFIG["collect"]["n_shards"])]
-    rl_runs = [f"rl-{init}-seed{s}" for init in ARMS for s in CONFIG["rl"]["seeds"]]
+    rl_runs = [run.name for run in names.rl_runs(ARMS, CONFIG["rl"]["seeds"])]
     evals = [f"eval-{name}" for name in ("expert", "bc", *rl_runs)]
     plots = ["plot-bc", "plot-summary", "plot-racing"]  # the figures: jobs of their own
     assert {*shards, "merge-demos", "bc", *rl_runs, *evals, "summarize", *plots} == set(children)
@@ -159,10 +160,11 @@ def test_classic_control_example_config_runs(tmp_path: Path):
 
 
 def test_discrete_action_example_config_runs(tmp_path: Path):
-    """CartPole-v1 (Discrete(2)) end to end: integer demonstrations, a categorical clone, the
-    arms that work with Discrete actions, evaluation and the summary."""
+    """CartPole-v1 (Discrete(2)) end to end with the default arms (rl.inits: all, as config.yaml
+    has it): integer demonstrations, a categorical clone, every arm (the residual on the clone's
+    logits), evaluation and the summary."""
     spec, config = tiny("cartpole.yaml", tmp_path)
-    assert "vec_env" not in spec["rl"] and "residual" not in spec["rl"]["inits"]
+    assert "vec_env" not in spec["rl"] and "inits" not in spec["rl"]
     snakemake(tmp_path, "--cores", "2", "--configfile", str(config))
     out = tmp_path / "results" / spec["experiment"]
     demos = dataset.read(out / "demos" / "demos.h5", verify=True)
@@ -173,9 +175,15 @@ def test_discrete_action_example_config_runs(tmp_path: Path):
     checkpoint = torch.load(out / "bc" / "policy.pt", weights_only=True)
     assert "log_std" not in checkpoint["state_dict"]  # categorical: logits, no Gaussian
     summary = json.loads((out / "report" / "summary.json").read_text())
-    groups = set(summary["groups"])
-    assert {"expert", "bc", "rl_bc", "rl_kickstart", "rl_scratch"} <= groups
-    assert summary["groups"]["bc"]["iqm"] > 100  # the clone balances too
-    for init in spec["rl"]["inits"]:
+    assert set(summary["groups"]) == {"expert", "bc", *(f"rl_{a}" for a in ARMS)}
+    assert summary["groups"]["bc"]["iqm"] == 500  # the clone balances too
+    assert "rl_residual_vs_rl_scratch" in summary["probability_of_improvement"]
+    # the residual arm starts at the clone: its step-0 evaluation is the clone's on the same
+    # held-out episodes (train_bc's comparison uses evaluate.during_training of them too)
+    bc_metrics = json.loads((out / "bc" / "metrics.json").read_text())
+    curve = pd.read_csv(out / "rl" / "residual" / "seed-0" / "evaluations.csv")
+    assert curve["step"].iloc[0] == 0
+    assert curve["return_mean"].iloc[0] == bc_metrics["bc_return_mean"]
+    for init in ARMS:
         evaluation = json.loads((out / "eval" / f"rl-{init}-seed0.json").read_text())
         assert len(evaluation["episodes"]["return"]) == 4

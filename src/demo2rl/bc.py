@@ -37,8 +37,8 @@ from stable_baselines3.common.policies import ActorCriticPolicy
 
 from demo2rl import bc_data, dataset
 from demo2rl.config import BCConfig, PolicyConfig
-from demo2rl.dataset import DatasetError, Demos, space_from_description, space_mismatch
-from demo2rl.policy import ObsNormalizer, build_policy, resolve_device
+from demo2rl.dataset import Demos, space_from_description
+from demo2rl.policy import ObsNormalizer, actor_parameters, build_policy, resolve_device
 
 log = logging.getLogger(__name__)
 
@@ -93,15 +93,6 @@ def bc_loss(
     return loss, nll.detach(), entropy.detach()
 
 
-def actor_parameters(policy: ActorCriticPolicy) -> list[torch.nn.Parameter]:
-    """The parameters that shape the action distribution (everything but the value function)."""
-    critic = {id(p) for p in policy.mlp_extractor.value_net.parameters()}
-    critic |= {id(p) for p in policy.value_net.parameters()}
-    if not policy.share_features_extractor:
-        critic |= {id(p) for p in policy.vf_features_extractor.parameters()}
-    return [p for p in policy.parameters() if id(p) not in critic]
-
-
 def _actor_weights(policy: ActorCriticPolicy) -> list[torch.Tensor]:
     return [p for p in actor_parameters(policy) if p.ndim >= 2]
 
@@ -125,7 +116,8 @@ def train_bc(
     """Behaviour-clone the dataset (a ``Demos`` or an HDF5 path) into a fresh policy.
 
     ``on_epoch`` receives each epoch's record (as appended to ``history``). Passing the task's
-    ``env_id`` and/or spaces checks the dataset against them first (:func:`check_dataset`).
+    ``env_id`` and/or spaces checks the dataset against them first
+    (:func:`demo2rl.dataset.check_dataset`).
     """
     device = resolve_device(bc_cfg.device)
     previous_threads = torch.get_num_threads()
@@ -133,7 +125,9 @@ def train_bc(
     try:
         with bc_data.open_split_dataset(demos) as data:
             if env_id is not None or observation_space is not None or action_space is not None:
-                check_dataset(data.demos, observation_space, action_space, env_id, path=data.name)
+                dataset.check_dataset(
+                    data.demos, observation_space, action_space, env_id, path=data.name
+                )
             return _train(data, policy_cfg, bc_cfg, seed, device, threads, on_epoch)
     finally:
         torch.set_num_threads(previous_threads)
@@ -274,31 +268,6 @@ def evaluate_nll(policy: ActorCriticPolicy, loader: bc_data.Loader) -> float:
             total += -policy.get_distribution(obs).log_prob(actions).double().sum()
     policy.train()
     return float(total) / loader.n
-
-
-def check_dataset(
-    demos: Demos,
-    observation_space: gym.Space | None,
-    action_space: gym.Space | None,
-    env_id: str | None,
-    *,
-    path: str | os.PathLike[str] | None = None,
-) -> None:
-    """Raise DatasetError (naming ``path`` and the mismatch) if the dataset is not of this task.
-
-    Env ids are compared without a ``module:`` prefix; None skips a check.
-    """
-    name = path if path is not None else "<in-memory dataset>"
-    if env_id is not None:
-        have = str(demos.attrs.get("env_id", "")).rpartition(":")[2]
-        if have != env_id.rpartition(":")[2]:
-            raise DatasetError(name, f"env_id {demos.attrs.get('env_id')!r} vs expected {env_id!r}")
-    for key, space in (("observation_space", observation_space), ("action_space", action_space)):
-        if space is None:
-            continue
-        problem = space_mismatch(key, demos.attrs.get(key, {}), dataset.describe_space(space))
-        if problem:
-            raise DatasetError(name, f"{problem} (dataset vs task)")
 
 
 def _state_copy(policy: ActorCriticPolicy) -> dict[str, torch.Tensor]:

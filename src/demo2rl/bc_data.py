@@ -103,9 +103,7 @@ class SplitDataset:
         shape = self.observations.shape[1:]
         stats = self.demos.stats or {}
         if "obs_mean" in stats and stats["obs_mean"].size == math.prod(shape):
-            mean = stats["obs_mean"].reshape(shape)
-            var = np.square(stats["obs_std"].reshape(shape))
-            return ObsNormalizer(mean, var, clip_obs, OBS_EPSILON)
+            return ObsNormalizer.of_stats(stats, clip_obs, shape)
         count, mean, m2 = 0, np.zeros(shape), np.zeros(shape)  # Chan et al.'s parallel update
         for a, b in _blocks(len(self.train_mask), _block_rows(self.observations)):
             x = np.asarray(self.observations[a:b], dtype=np.float64)[self.train_mask[a:b]]

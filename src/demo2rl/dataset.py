@@ -152,6 +152,31 @@ def space_mismatch(name: str, expected: Mapping[str, Any], actual: Mapping[str, 
     return f"{name} {dict(expected)} vs {dict(actual)}"
 
 
+def check_dataset(
+    demos: Demos,
+    observation_space: gym.Space | None,
+    action_space: gym.Space | None,
+    env_id: str | None,
+    *,
+    path: str | os.PathLike[str] | None = None,
+) -> None:
+    """Raise DatasetError (naming ``path`` and the mismatch) if the dataset is not of this task.
+
+    Env ids are compared without a ``module:`` prefix; None skips a check.
+    """
+    name = path if path is not None else "<in-memory dataset>"
+    if env_id is not None:
+        have = str(demos.attrs.get("env_id", "")).rpartition(":")[2]
+        if have != env_id.rpartition(":")[2]:
+            raise DatasetError(name, f"env_id {demos.attrs.get('env_id')!r} vs expected {env_id!r}")
+    for key, space in (("observation_space", observation_space), ("action_space", action_space)):
+        if space is None:
+            continue
+        problem = space_mismatch(key, demos.attrs.get(key, {}), describe_space(space))
+        if problem:
+            raise DatasetError(name, f"{problem} (dataset vs task)")
+
+
 def episode_attrs(
     *,
     env_id: str,

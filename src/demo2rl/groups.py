@@ -1,55 +1,62 @@
-"""The evaluated policies' names and the groups they are compared in.
+"""The evaluated policies' groups and the comparisons between them.
 
-``expert``, ``bc`` (the behaviour clone), and ``rl-<arm>-seed<s>`` for each RL run, grouped by
-arm as ``rl_<arm>``. The arms (the ``init`` of an RL run, see :mod:`demo2rl.rl`) are
-:data:`ARMS`; ``scratch`` is the control every demo-guided arm is compared with.
+``expert``, ``bc`` (the behaviour clone), and one group ``rl_<arm>`` per RL arm (the runs of
+that arm over seeds; names in :mod:`demo2rl.names`). The arms, their labels and their order come
+from the registry (:mod:`demo2rl.arms`); :data:`demo2rl.arms.CONTROL` (``scratch``) is the control
+every demo-guided arm is compared with.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-ARMS = ("bc", "residual", "kickstart", "scratch")
-"""The RL arms: how a run uses the demonstrations (``scratch``: not at all, the control)."""
-CONTROL = "scratch"
-ARM_SETTINGS = {"bc": "warm_start", "residual": "residual", "kickstart": "kickstart"}
-"""The section of the ``rl`` config that only one arm reads."""
-GROUPS = ("expert", "bc", *(f"rl_{arm}" for arm in ARMS))
-"""Policy groups, in the order of every table and plot."""
-LABELS = {
-    "expert": "expert",
-    "bc": "behaviour clone",
-    "rl_bc": "RL warm-started from BC",
-    "rl_residual": "residual RL on BC",
-    "rl_kickstart": "RL kickstarted by BC",
-    "rl_scratch": "RL from scratch",
-}
-RL_NAME = re.compile(rf"rl-({'|'.join(ARMS)})-seed(\d+)")
+from demo2rl import arms, names
+
+REFERENCE_GROUPS = {names.EXPERT: ("expert", "black"), names.BC: ("behaviour clone", "tab:orange")}
+"""The groups that are not RL arms: their label and colour."""
+
+
+def all_groups() -> tuple[str, ...]:
+    """Every policy group, in the order of every table and figure: expert, clone, the arms."""
+    return (*REFERENCE_GROUPS, *(arm.group for arm in arms.REGISTRY.values()))
+
+
+def label(group: str) -> str:
+    """How tables and figures name a group."""
+    if group in REFERENCE_GROUPS:
+        return REFERENCE_GROUPS[group][0]
+    return arms.get(group.removeprefix("rl_")).label
+
+
+def color(group: str) -> str:
+    """A group's colour, the same in every figure."""
+    if group in REFERENCE_GROUPS:
+        return REFERENCE_GROUPS[group][1]
+    return arms.get(group.removeprefix("rl_")).color
 
 
 def arm_rl_config(rl_cfg: Mapping[str, Any], arm: str) -> dict[str, Any]:
     """The ``rl`` config a run of ``arm`` reads: not the seed and arm lists (adding a seed or an
     arm must not rerun the others), not ``checkpoint_every`` (a speed setting), and of the arms'
-    own sections (:data:`ARM_SETTINGS`) only its own."""
+    own sections (:func:`demo2rl.arms.sections`) only its own."""
     skip = {"seeds", "inits", "checkpoint_every"}
-    skip |= {section for other, section in ARM_SETTINGS.items() if other != arm}
+    skip |= {section for section, owner in arms.sections().items() if owner != arm}
     return {k: v for k, v in rl_cfg.items() if k not in skip}
 
 
 def policy_group(name: str) -> str:
     """The group of an evaluated policy: ``expert``, ``bc``, ``rl-bc-seed0`` -> ``rl_bc``."""
-    if name in ("expert", "bc"):
+    if name in REFERENCE_GROUPS:
         return name
-    match = RL_NAME.fullmatch(name)
-    if not match:
-        arms = "|".join(ARMS)
-        raise ValueError(f"unknown policy name {name!r} (expert, bc, rl-<{arms}>-seed<N>)")
-    return f"rl_{match.group(1)}"
+    run = names.RLRun.parse(name)
+    if run is None or run.arm not in arms.REGISTRY:
+        known = "|".join(arms.names())
+        raise ValueError(f"unknown policy name {name!r} (expert, bc, rl-<{known}>-seed<N>)")
+    return run.group
 
 
 def comparison_key(x: str, y: str) -> str:
@@ -60,9 +67,9 @@ def comparison_key(x: str, y: str) -> str:
 def comparisons(groups: Sequence[str]) -> list[tuple[str, str]]:
     """The pairs (X, Y) whose P(X > Y) is reported, among ``groups``: every demo-guided arm
     against RL from scratch (the headline) and against the clone, and scratch against the clone."""
-    control = f"rl_{CONTROL}"
-    arms = [g for g in GROUPS if g.startswith("rl_") and g != control and g in groups]
-    pairs = [(a, control) for a in arms] + [(a, "bc") for a in arms] + [(control, "bc")]
+    control = arms.get(arms.CONTROL).group
+    guided = [g for g in all_groups() if g.startswith("rl_") and g != control and g in groups]
+    pairs = [(a, control) for a in guided] + [(a, "bc") for a in guided] + [(control, "bc")]
     return [(x, y) for x, y in pairs if x in groups and y in groups]
 
 
@@ -70,7 +77,7 @@ def best_rl_run(records: Sequence[Mapping[str, Any]]) -> str | None:
     """The RL run with the highest mean held-out return among evaluation ``records`` (the first
     of equal ones, in group order), or None without RL runs."""
     best, best_return = None, -math.inf
-    for group in (g for g in GROUPS if g.startswith("rl_")):
+    for group in (g for g in all_groups() if g.startswith("rl_")):
         for rec in (r for r in records if policy_group(r["policy"]) == group):
             returns = np.array([np.nan if r is None else r for r in rec["episodes"]["return"]])
             finite = returns[np.isfinite(returns)]

@@ -37,7 +37,6 @@ import numpy as np
 import torch
 from gymnasium.wrappers.utils import rescale_box
 from stable_baselines3.common.policies import ActorCriticPolicy
-from stable_baselines3.common.preprocessing import get_action_dim
 from stable_baselines3.common.utils import ConstantSchedule
 from torch import nn
 
@@ -162,22 +161,28 @@ class NoOptimizer:
 
 
 class ResidualPolicy(ActorCriticPolicy):
-    """An actor-critic whose Gaussian mean is a frozen base actor's mean plus a learned correction.
+    """An actor-critic whose action distribution is a frozen base actor's plus a learned correction.
 
     The base is another policy's actor (its hidden layers and action layer, e.g. the behaviour
     clone's), copied in with :meth:`set_base` and never trained: its weights are part of the
-    state dict (a checkpoint carries its base) but not of the optimiser. Everything else is
-    SB3's ``MlpPolicy``: the critic, the state-independent log-std, and the correction network,
-    whose action layer SB3 initialises with gain 0.01, so a fresh residual policy acts (almost)
-    exactly like its base. Shifting the Gaussian by the base's mean is residual policy learning
-    (Silver et al. 2018, Johannink et al. 2019) with the correction's exploration noise; PPO's
-    ratios and the entropy are those of the shifted Gaussian. Box actions only.
+    state dict (a checkpoint carries its base) but not of the optimiser. The correction is SB3's
+    ``MlpPolicy`` actor, whose action layer SB3 initialises with gain 0.01, so a fresh residual
+    policy acts (almost) exactly like its base; the critic is SB3's. For Box actions the
+    correction shifts the Gaussian's mean (with the correction's state-independent log-std as
+    exploration noise): residual policy learning (Silver et al. 2018, Johannink et al. 2019).
+    For Discrete actions it is added to the base's logits, so the categorical distribution is
+    the base's tilted by the correction; there the correction's action layer starts at exactly
+    zero, because even a 0.01-gain correction flips the greedy action on states near the base's
+    decision boundary (its hidden layers get gradient from the first update on). PPO's ratios
+    and the entropy are those of the combined distribution.
     """
 
     def __init__(self, *args: Any, base_spec: Mapping[str, Any], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)  # builds the optimiser: the base is added after it
-        if not isinstance(self.action_space, gym.spaces.Box):
-            raise ValueError(f"a residual policy needs Box actions, not {self.action_space}")
+        if not isinstance(self.action_space, (gym.spaces.Box, gym.spaces.Discrete)):
+            raise ValueError(
+                f"a residual policy needs Box or Discrete actions, not {self.action_space}"
+            )
         self.base_spec = {
             "net_arch": [int(n) for n in base_spec["net_arch"]],
             "activation": str(base_spec["activation"]),
@@ -187,8 +192,13 @@ class ResidualPolicy(ActorCriticPolicy):
         for n in self.base_spec["net_arch"]:
             layers += [nn.Linear(width, n), ACTIVATIONS[self.base_spec["activation"]]()]
             width = n
-        layers.append(nn.Linear(width, get_action_dim(self.action_space)))
+        assert isinstance(self.action_net, nn.Linear)
+        layers.append(nn.Linear(width, self.action_net.out_features))  # means or logits
         self.base = nn.Sequential(*layers).requires_grad_(False)
+        if isinstance(self.action_space, gym.spaces.Discrete):
+            with torch.no_grad():
+                self.action_net.weight.zero_()
+                self.action_net.bias.zero_()
 
     def set_base(self, policy: ActorCriticPolicy) -> None:
         """Copy ``policy``'s actor (hidden layers and action layer) into the frozen base."""
@@ -199,8 +209,12 @@ class ResidualPolicy(ActorCriticPolicy):
     def _distribution_and_values(self, obs: torch.Tensor) -> tuple[Any, torch.Tensor]:
         features = self.extract_features(obs)
         latent_pi, latent_vf = self.mlp_extractor(features)
-        mean = self.base(features) + self.action_net(latent_pi)
-        return self.action_dist.proba_distribution(mean, self.log_std), self.value_net(latent_vf)
+        out = self.base(features) + self.action_net(latent_pi)
+        if isinstance(self.action_space, gym.spaces.Discrete):
+            dist = self.action_dist.proba_distribution(action_logits=out)
+        else:
+            dist = self.action_dist.proba_distribution(out, self.log_std)
+        return dist, self.value_net(latent_vf)
 
     def forward(
         self, obs: torch.Tensor, deterministic: bool = False
@@ -220,6 +234,15 @@ class ResidualPolicy(ActorCriticPolicy):
 
     def _get_constructor_parameters(self) -> dict[str, Any]:
         return super()._get_constructor_parameters() | {"base_spec": self.base_spec}
+
+
+def actor_parameters(policy: ActorCriticPolicy) -> list[torch.nn.Parameter]:
+    """The parameters that shape the action distribution (everything but the value function)."""
+    critic = {id(p) for p in policy.mlp_extractor.value_net.parameters()}
+    critic |= {id(p) for p in policy.value_net.parameters()}
+    if not policy.share_features_extractor:
+        critic |= {id(p) for p in policy.vf_features_extractor.parameters()}
+    return [p for p in policy.parameters() if id(p) not in critic]
 
 
 def actor_spec(policy: ActorCriticPolicy) -> dict[str, Any]:
@@ -259,6 +282,18 @@ class ObsNormalizer:
         """``VecNormalize.normalize_obs``: float64 arithmetic, clipped, cast to float32."""
         scaled = (obs - self.mean) / np.sqrt(self.var + self.epsilon)
         return np.clip(scaled, -self.clip_obs, self.clip_obs).astype(np.float32)
+
+    @classmethod
+    def of_stats(
+        cls, stats: Mapping[str, np.ndarray], clip_obs: float, shape: tuple[int, ...]
+    ) -> ObsNormalizer:
+        """The normalisation of a dataset's training split, from its recorded (flat) statistics
+        (``obs_mean``, ``obs_std``; see :func:`demo2rl.dataset.statistics`) for observations of
+        ``shape``, clipped at ``clip_obs`` (``bc.clip_obs``): what BC trains with, and what the
+        RL arms without a clone act with."""
+        mean = np.asarray(stats["obs_mean"]).reshape(shape)
+        var = np.square(np.asarray(stats["obs_std"]).reshape(shape))
+        return cls(mean, var, clip_obs, OBS_EPSILON)
 
     @classmethod
     def fit(

@@ -12,30 +12,34 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import logging
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from demo2rl import tasks, vec_kinds
+from demo2rl import arms, tasks, vec_kinds
 from demo2rl.config import ConfigError
+
+log = logging.getLogger(__name__)
 
 BATCH = 2
 """Envs in the probe's batch: the expert must handle a batch, not one observation."""
-BOX_ONLY_ARMS = ("residual",)
-"""Arms whose policy needs continuous (Box) actions: the residual adds to a Gaussian's mean."""
+ALL_ARMS = "all"
+"""``rl.inits: all`` (the default): every registered arm that applies to the task."""
 
 
 @dataclasses.dataclass(frozen=True)
 class Probe:
-    """What the probe found: the task's spaces and how long the probe took."""
+    """What the probe found: the task's spaces, the arms that run, how long the probe took."""
 
     observation_space: gym.Space
     action_space: gym.Space
+    arms: tuple[str, ...]
     seconds: float
 
 
@@ -82,8 +86,9 @@ def probe_task(config: Mapping[str, Any]) -> Probe:
             f"{obs.shape}: {_describe(err)}",
         ) from err
     check_expert_actions(actions, act_space, batch=BATCH)
-    check_arms(config["rl"], act_space, env_id)
-    return Probe(obs_space, act_space, time.perf_counter() - start)
+    check_vec_env(config["rl"], env_id)
+    chosen = resolve_arms(config["rl"]["inits"], act_space, env_id)
+    return Probe(obs_space, act_space, chosen, time.perf_counter() - start)
 
 
 def check_observation_space(space: gym.Space, env_id: str) -> None:
@@ -162,16 +167,49 @@ def check_expert_actions(actions: Any, space: gym.Space, *, batch: int) -> None:
         )
 
 
-def check_arms(rl_cfg: Mapping[str, Any], action_space: gym.Space, env_id: str) -> None:
-    """Every arm in ``rl.inits`` works with this action space; the vec env kind exists."""
-    if not isinstance(action_space, gym.spaces.Box):
-        for arm in BOX_ONLY_ARMS:
-            if arm in rl_cfg["inits"]:
-                raise ConfigError(
-                    "rl.inits",
-                    f"the {arm} arm needs continuous (Box) actions; {env_id!r} has "
-                    f"{action_space}: leave {arm!r} out of rl.inits",
+def resolve_arms(
+    inits: str | Sequence[str], action_space: gym.Space, env_id: str
+) -> tuple[str, ...]:
+    """The arms that run: ``rl.inits`` as the task allows.
+
+    ``all`` is every registered arm (:mod:`demo2rl.arms`) that supports the task's action space;
+    one that does not is left out with a note in the log. An arm named in an explicit list must
+    exist and apply to the task, else a ConfigError names it. The control arm must be among them
+    for the comparison to have one; that is the user's choice, not checked here.
+    """
+    if inits == ALL_ARMS:
+        chosen = []
+        for arm in arms.REGISTRY.values():
+            if arm.supports(action_space):
+                chosen.append(arm.name)
+            else:
+                log.warning(
+                    "rl.inits: all leaves out the %s arm: it supports %s actions, %r has %s",
+                    arm.name,
+                    " or ".join(arm.action_spaces),
+                    env_id,
+                    action_space,
                 )
+        if not chosen:
+            raise ConfigError("rl.inits", f"no registered arm supports {action_space}")
+        return tuple(chosen)
+    for name in inits:
+        if name not in arms.REGISTRY:
+            raise ConfigError(
+                "rl.inits", f"unknown arm {name!r} (known: {', '.join(arms.names())})"
+            )
+        arm = arms.get(name)
+        if not arm.supports(action_space):
+            raise ConfigError(
+                "rl.inits",
+                f"the {name} arm supports {' or '.join(arm.action_spaces)} actions; {env_id!r} "
+                f"has {action_space}: leave {name!r} out of rl.inits (or use rl.inits: all)",
+            )
+    return tuple(inits)
+
+
+def check_vec_env(rl_cfg: Mapping[str, Any], env_id: str) -> None:
+    """The vec env kind ``rl.vec_env`` names exists for this task."""
     if rl_cfg["vec_env"] == "native" and vec_kinds.native_vec_env(env_id) is None:
         raise ConfigError(
             "rl.vec_env",

@@ -34,16 +34,16 @@ import scipy.stats
 from rliable import metrics as rly
 
 from demo2rl.groups import (
-    GROUPS,
-    LABELS,
-    RL_NAME,
+    all_groups,
     best_rl_run,
     comparison_key,
     comparisons,
+    label,
     policy_group,
 )
+from demo2rl.names import RLRun
 
-__all__ = ["GROUPS", "LABELS", "comparison_key", "policy_group"]  # re-exported: what is compared
+__all__ = ["all_groups", "comparison_key", "label", "policy_group"]  # re-exported: what is compared
 METRICS = {
     "return": "return",
     "length": "episode length (steps)",
@@ -231,7 +231,8 @@ def summarize(
                 f"{rec['policy']} was evaluated on other tracks than {records[0]['policy']}"
             )
     groups: dict[str, list[Mapping[str, Any]]] = {}
-    for rec in sorted(records, key=lambda r: (GROUPS.index(policy_group(r["policy"])), _seed(r))):
+    order = all_groups()
+    for rec in sorted(records, key=lambda r: (order.index(policy_group(r["policy"])), _seed(r))):
         groups.setdefault(policy_group(rec["policy"]), []).append(rec)
     names = [m for m in METRICS if all(m in rec["episodes"] for rec in records)]
     scores = {g: np.stack([_column(r, "return") for r in recs]) for g, recs in groups.items()}
@@ -239,7 +240,7 @@ def summarize(
     for g, recs in groups.items():
         pooled = {m: np.concatenate([_column(r, m) for r in recs]) for m in names}
         stats["groups"][g] |= {
-            "label": LABELS[g],
+            "label": label(g),
             "policies": [r["policy"] for r in recs],
             "metrics": {m: _nanmean(v) for m, v in pooled.items()},
         }
@@ -305,12 +306,12 @@ def markdown(summary: Mapping[str, Any], plots: Mapping[str, str] | None = None)
     lines += ["", f"Probability of improvement, P(X > Y) [{pct}% CI]:", ""]
     for c in summary["probability_of_improvement"].values():
         p = _ci(c["probability"], c["ci"], digits=2)
-        lines.append(f"- P({LABELS[c['x']]} > {LABELS[c['y']]}) = {p}")
+        lines.append(f"- P({label(c['x'])} > {label(c['y'])}) = {p}")
     reach = summary.get("steps_to_expert") or {}
     if reach:
         lines += ["", "Env steps until the mean learning curve reaches the expert's return:", ""]
         for g, step in reach.items():
-            lines.append(f"- {LABELS[g]}: {'not reached' if step is None else f'{step:,.0f}'}")
+            lines.append(f"- {label(g)}: {'not reached' if step is None else f'{step:,.0f}'}")
     if summary.get("best_rl"):
         lines += ["", f"Best RL run (highest mean return): `{summary['best_rl']}`."]
     lines += [
@@ -355,8 +356,8 @@ def _nanmean(values: np.ndarray) -> float | None:
 
 
 def _seed(record: Mapping[str, Any]) -> int:
-    match = RL_NAME.fullmatch(record["policy"])
-    return int(match.group(2)) if match else -1
+    run = RLRun.parse(record["policy"])
+    return run.seed if run else -1
 
 
 def _sorted(steps: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -126,7 +126,7 @@ def claim_state_dir(state_dir: Path, key: Mapping[str, Any]) -> bool:
     return False
 
 
-def save_checkpoint(path: Path, model: PPO) -> None:
+def save_state(path: Path, model: PPO) -> None:
     """The model's weights, optimizer state and counters: tensors and numbers, no pickle."""
     ckpt = {
         "policy": model.policy.state_dict(),
@@ -138,8 +138,8 @@ def save_checkpoint(path: Path, model: PPO) -> None:
         torch.save(ckpt, tmp)
 
 
-def load_checkpoint(path: Path, model: PPO) -> None:
-    """Restore :func:`save_checkpoint`'s weights and counters into ``model`` (built from the
+def load_state(path: Path, model: PPO) -> None:
+    """Restore :func:`save_state`'s weights and counters into ``model`` (built from the
     config in force); ``weights_only=True``, so a crafted file cannot run code."""
     try:
         ckpt = torch.load(path, map_location=model.device, weights_only=True)

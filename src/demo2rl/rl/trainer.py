@@ -19,13 +19,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import CSVOutputFormat, KVWriter, Logger
 
-from demo2rl import acting, bc, checkpoints, dataset, evaluation, io, policy, seeds, tasks
-from demo2rl.config import PolicyConfig, RLConfig, TaskConfig
-from demo2rl.rl import arms, state
+from demo2rl import acting, arms, checkpoints, dataset, evaluation, io, policy, seeds, tasks
+from demo2rl.rl import recipe, state
+from demo2rl.rl.job import RLJob
 from demo2rl.rl.progress import LogLines, MetricsSink
 
 log = logging.getLogger(__package__)  # "demo2rl.rl", as in every job log before the split
@@ -38,11 +39,13 @@ PREEMPTED_EXIT_CODE = 75
 class RLResult:
     """What a finished run produced."""
 
-    model: arms.GuidedPPO
+    model: recipe.GuidedPPO
     normalizer: policy.ObsNormalizer
     evaluations: list[dict[str, float]]
     timesteps: int
     resumed: int
+    observation_space: gym.Space
+    action_space: gym.Space
 
 
 class Preempted(Exception):
@@ -50,76 +53,62 @@ class Preempted(Exception):
 
 
 def train_rl(
+    job: RLJob,
     *,
-    task: TaskConfig,
-    init: str,
-    demos_path: str | Path,
-    bc_checkpoint: str | Path | None,
-    policy_cfg: PolicyConfig,
-    rl_cfg: RLConfig,
-    base_seed: int,
-    run_seed: int,
-    state_dir: str | Path,
     key: dict[str, Any],
-    eval_episodes: int,
-    clip_obs: float,
-    threads: int,
-    eval_envs: int,
-    checkpoint_every: int,
     log_metrics: Callable[[dict[str, float], int], None] | None = None,
 ) -> RLResult:
-    """Train one PPO run of an arm (``init``, see :func:`demo2rl.rl.arms.build_model`),
-    resuming from ``state_dir``.
+    """Train one PPO run of ``job.arm`` (see :mod:`demo2rl.rl.recipe`), resuming from
+    ``job.state_dir``.
 
     The arms that use the clone take its observation normalisation from its checkpoint; the
-    scratch arm computes the same from the dataset's statistics with ``clip_obs``
-    (``bc.clip_obs`` in the config). ``key`` (see :func:`demo2rl.rl.state.run_key`) names the
-    run: only state recorded under the same key resumes. Every ``rl.eval_every`` env steps the
-    policy drives ``eval_episodes`` held-out episodes. ``threads`` (subproc workers),
-    ``eval_envs`` and ``checkpoint_every`` change speed and robustness, never the result of an
-    uninterrupted run. ``log_metrics(metrics, step)`` receives every rollout's metrics.
+    others build the same from the dataset's statistics with ``job.clip_obs``. ``key`` (see
+    :func:`demo2rl.rl.state.run_key`) names the run: only state recorded under the same key
+    resumes. Every ``rl.eval_every`` env steps the policy drives ``job.eval_episodes`` held-out
+    episodes. The job's speed settings (subproc workers, evaluation envs, checkpoint spacing)
+    change speed and robustness, never the result of an uninterrupted run.
+    ``log_metrics(metrics, step)`` receives every rollout's metrics.
 
     Raises :class:`Preempted` after checkpointing when SIGTERM arrives.
     """
-    if init not in arms.ARMS:
-        raise ValueError(f"init must be one of {', '.join(arms.ARMS)}, got {init!r}")
+    arm, task, rl_cfg = arms.get(job.arm), job.task, job.rl
     torch.set_num_threads(1)  # small MLPs: one thread is fastest and keeps results exact
-    state_dir = Path(state_dir)
+    state_dir = Path(job.state_dir)
     with state.lock_state_dir(state_dir):  # held until the run ends: no two trainers share it
         resume = state.claim_state_dir(state_dir, key)
-        demos = dataset.read(demos_path)
-        obs_space, act_space = tasks.spaces(task.env_id, task.env_kwargs)
-        bc.check_dataset(demos, obs_space, act_space, task.env_id)
+        demos = dataset.read(job.demos)
+        obs_space, act_space = tasks.spaces(task.env_id, task.env_kwargs)  # once per job
+        dataset.check_dataset(demos, obs_space, act_space, task.env_id)
         clone = None
-        if init == "scratch":
-            normalizer = arms.dataset_normalizer(demos, clip_obs=clip_obs)
-        elif bc_checkpoint is None:
-            raise ValueError(f"the {init} arm needs a BC checkpoint")
-        else:  # the warm start loads the clone into its own network: that must be the config's
+        if not arm.needs_clone:
+            normalizer = policy.ObsNormalizer.of_stats(demos.stats, job.clip_obs, obs_space.shape)
+        elif job.clone is None:
+            raise ValueError(f"the {arm.name} arm needs a BC checkpoint")
+        else:  # the clone is the config's network (a warm start loads it into its own)
             clone, normalizer, ckpt = checkpoints.load_checkpoint(
-                bc_checkpoint, obs_space, act_space, policy_cfg if init == "bc" else None
+                job.clone, obs_space, act_space, job.policy
             )
-            checkpoints.check_dataset_hash(
-                bc_checkpoint, ckpt, demos_path, demos.attrs["content_hash"]
-            )
-        env = arms.make_training_env(task, rl_cfg, normalizer, n_workers=threads)
+            checkpoints.check_dataset_hash(job.clone, ckpt, job.demos, demos.attrs["content_hash"])
+        env = recipe.make_training_env(task, rl_cfg, normalizer, act_space, n_workers=job.threads)
         try:  # the env (worker processes with subproc) must not outlive a failed start
-            seed = seeds.rl_seed(base_seed, run_seed)
+            seed = seeds.rl_seed(job.seed, job.run_seed)
             device = policy.resolve_device(rl_cfg.device)
-            model = arms.build_model(
-                init,
-                env,
-                policy_cfg=policy_cfg,
-                rl_cfg=rl_cfg,
-                clone=clone,
-                demos=lambda: arms.demo_tensors(demos, normalizer, act_space, device),
-                seed=seed,
-                device=device,
+            model = recipe.build_model(
+                recipe.Start(
+                    arm=arm,
+                    env=env,
+                    policy_cfg=job.policy,
+                    rl_cfg=rl_cfg,
+                    clone=clone,
+                    demos=lambda: recipe.demo_tensors(demos, normalizer, act_space, device),
+                    seed=seed,
+                    device=device,
+                )
             )
             resumed, evaluations = 0, []
             if resume:
                 saved = json.loads((state_dir / state.STATE).read_text())
-                state.load_checkpoint(state_dir / state.CHECKPOINT, model)
+                state.load_state(state_dir / state.CHECKPOINT, model)
                 resumed = saved["resumed"] + 1
                 # fresh draws, still in the RL seed block
                 model.set_random_seed(seed + resumed * rl_cfg.n_envs)
@@ -128,17 +117,23 @@ def train_rl(
         except BaseException:
             env.close()
             raise
-        eval_seeds = evaluation.heldout_seeds(base_seed, eval_episodes)
+        eval_seeds = evaluation.heldout_seeds(job.seed, job.eval_episodes)
 
         def evaluate() -> dict[str, float]:
             actor = acting.make_actor(model.policy, normalizer, act_space)
             result = evaluation.evaluate(
-                task.env_id, task.env_kwargs, actor, eval_seeds, n_envs=eval_envs
+                task.env_id, task.env_kwargs, actor, eval_seeds, n_envs=job.eval_envs
             )
             return result.info_means()
 
         schedule = Schedule(
-            model, state_dir, evaluate, evaluations, resumed, rl_cfg.eval_every, checkpoint_every
+            model,
+            state_dir,
+            evaluate,
+            evaluations,
+            resumed,
+            rl_cfg.eval_every,
+            job.checkpoint_every,
         )
         total = rl_cfg.total_timesteps
         segment = state_dir / f"progress-{model.num_timesteps:09d}.csv"
@@ -167,7 +162,15 @@ def train_rl(
         schedule.maybe_evaluate(end, force=schedule.last_eval != end)
         schedule.save(model.num_timesteps)
         log.info("trained %d env steps in %.1f s", model.num_timesteps, time.perf_counter() - start)
-        return RLResult(model, normalizer, schedule.evaluations, model.num_timesteps, resumed)
+        return RLResult(
+            model,
+            normalizer,
+            schedule.evaluations,
+            model.num_timesteps,
+            resumed,
+            obs_space,
+            act_space,
+        )
 
 
 class OnRolloutStart(BaseCallback):
@@ -195,7 +198,7 @@ class Schedule:
 
     def __init__(
         self,
-        model: arms.GuidedPPO,
+        model: recipe.GuidedPPO,
         state_dir: Path,
         evaluate: Callable[[], dict[str, float]],
         evaluations: list[dict[str, float]],
@@ -227,7 +230,7 @@ class Schedule:
     def save(self, step: int) -> None:
         """Weights then state, each atomically: a kill in between loses nothing that matters."""
         self.model.num_timesteps = step
-        state.save_checkpoint(self.state_dir / state.CHECKPOINT, self.model)
+        state.save_state(self.state_dir / state.CHECKPOINT, self.model)
         saved = {"timesteps": step, "evaluations": self.evaluations, "resumed": self.resumed}
         io.write_json(self.state_dir / state.STATE, saved)
         self.last_checkpoint = step

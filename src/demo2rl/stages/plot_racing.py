@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from demo2rl import groups, plots
+from demo2rl import groups, names, plots
 from demo2rl.envs import racing, replay
 
 if TYPE_CHECKING:
@@ -71,10 +71,10 @@ def _replay(record: Mapping[str, Any], frames: bool) -> replay.Drive:
 
 
 def _policy_label(name: str) -> str:
-    group = groups.policy_group(name)
-    if group.startswith("rl_"):
-        return f"best RL run: {groups.LABELS[group]}, seed {name.rpartition('seed')[2]}"
-    return groups.LABELS[group]
+    run = names.RLRun.parse(name)
+    if run is not None:
+        return f"best RL run: {groups.label(run.group)}, seed {run.seed}"
+    return groups.label(groups.policy_group(name))
 
 
 def _drive_note(drive: replay.Drive) -> str:

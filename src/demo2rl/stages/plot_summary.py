@@ -13,31 +13,22 @@ from demo2rl import groups, plots
 if TYPE_CHECKING:
     from demo2rl.tracking import Run  # annotations only: importing it imports MLflow
 
-COLORS = {
-    "expert": "black",
-    "bc": "tab:orange",
-    "rl_bc": "tab:blue",
-    "rl_residual": "tab:red",
-    "rl_kickstart": "tab:purple",
-    "rl_scratch": "tab:green",
-}
-"""One colour per policy group, the same in every figure."""
-
 
 def plot_summary(*, summary_json: str, curves_png: str, returns_png: str, run: Run) -> None:
     """Draw the RL learning curves (bands over seeds, expert and clone as levels) and the final
     returns (IQM with intervals, P(X > Y)); log both on the job's and the workflow's run."""
     result = json.loads(Path(summary_json).read_text())  # (its keys are sorted: reorder)
-    result["groups"] = {g: result["groups"][g] for g in groups.GROUPS if g in result["groups"]}
-    order = [groups.comparison_key(x, y) for x, y in groups.comparisons(list(result["groups"]))]
+    order = groups.all_groups()
+    result["groups"] = {g: result["groups"][g] for g in order if g in result["groups"]}
+    pairs = [groups.comparison_key(x, y) for x, y in groups.comparisons(list(result["groups"]))]
     improvement_of = result["probability_of_improvement"]
     result["probability_of_improvement"] = {
-        k: improvement_of[k] for k in order if k in improvement_of
+        k: improvement_of[k] for k in pairs if k in improvement_of
     }
     curves = result["learning_curves"]
-    result["learning_curves"] = {g: curves[g] for g in groups.GROUPS if g in curves}
+    result["learning_curves"] = {g: curves[g] for g in order if g in curves}
     label = {g: st["label"] for g, st in result["groups"].items()}
-    colors = {label[g]: c for g, c in COLORS.items() if g in label}
+    colors = {label[g]: groups.color(g) for g in label}
     confidence = result["confidence"]
     bands = {
         label.get(g, g): {k: _floats(v) for k, v in band.items()}

@@ -32,7 +32,7 @@ LEVELS = ("expert", "bc")
 def summarize(
     *,
     evaluations: Sequence[str],
-    curves: Sequence[str],
+    curves: Mapping[str, str],
     summary_json: str,
     summary_md: str,
     tables: Mapping[str, str],
@@ -45,12 +45,12 @@ def summarize(
 ) -> dict[str, Any]:
     """Aggregate the evaluation records; write the summary, its tables and the curve bands.
 
-    ``curves`` are the RL runs' ``evaluations.csv`` files (learning curves, evaluated on the first
-    ``curve_tracks`` held-out tracks); their bootstrap bands and the expert's and clone's levels
-    on the same tracks go into ``summary_json`` for the rule that draws them. ``tables`` maps
-    ``policies``, ``improvement``, ``runs`` and ``episodes`` to CSV paths; ``plot_links`` maps a
-    title to a figure that ``summary_md`` links to. Metrics and files also go to the workflow's
-    parent run, so the MLflow UI compares whole invocations.
+    ``curves`` maps each RL run's policy name to its ``evaluations.csv`` (learning curves,
+    evaluated on the first ``curve_tracks`` held-out tracks); their bootstrap bands and the
+    expert's and clone's levels on the same tracks go into ``summary_json`` for the rule that
+    draws them. ``tables`` maps ``policies``, ``improvement``, ``runs`` and ``episodes`` to CSV
+    paths; ``plot_links`` maps a title to a figure that ``summary_md`` links to. Metrics and
+    files also go to the workflow's parent run, so the MLflow UI compares whole invocations.
     """
     records = [json.loads(Path(p).read_text()) for p in evaluations]
     result = summary.summarize(records, reps=bootstrap_reps, confidence=confidence, seed=seed)
@@ -114,18 +114,18 @@ def _log_to_parent(
             target.log_artifact(path, "summary")
 
 
-def _curve_bands(curves: Sequence[str], confidence: float, seed: int) -> dict[str, Any]:
+def _curve_bands(curves: Mapping[str, str], confidence: float, seed: int) -> dict[str, Any]:
     """The learning-curve band of each RL arm from its runs' evaluations.csv files."""
     runs: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
-    for path in curves:
+    for name, path in curves.items():
         table = pd.read_csv(path)
-        group = f"rl_{Path(path).parent.parent.name}"  # rl/<init>/seed-<s>/evaluations.csv
+        group = summary.policy_group(name)
         runs.setdefault(group, []).append(
             (table["step"].to_numpy(), table["return_mean"].to_numpy())
         )
     return {
         g: summary.curve_band(runs[g], confidence=confidence, seed=seed)
-        for g in summary.GROUPS
+        for g in summary.all_groups()
         if g in runs
     }
 

@@ -6,6 +6,7 @@ is not part of this stage's code fingerprint.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from typing import TYPE_CHECKING, Any
@@ -14,6 +15,7 @@ import torch
 
 from demo2rl import acting, bc, checkpoints, dataset, evaluation, io, provenance, tasks
 from demo2rl.config import BCConfig, PolicyConfig, TaskConfig
+from demo2rl.jobspec import path, speed
 
 if TYPE_CHECKING:
     from demo2rl.tracking import Run  # annotations only: importing it imports MLflow
@@ -21,25 +23,42 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def train_bc(
-    *,
-    demos_path: str,
-    policy_out: str,
-    metrics_out: str,
-    task: TaskConfig,
-    policy_cfg: PolicyConfig,
-    bc_cfg: BCConfig,
-    eval_episodes: int,
-    seed: int,
-    threads: int,
-    eval_envs: int,
-    run: Run,
-) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BCJob:
+    """The train_bc job, as scripts/train_bc.py builds it from the rule.
+
+    :param task: the env and its expert (the held-out comparison drives both).
+    :param policy: the network config shared with PPO.
+    :param bc: the ``bc`` section.
+    :param seed: the workflow's base seed.
+    :param eval_episodes: held-out episodes of the clone-vs-expert comparison.
+    :param demos: the merged dataset.
+    :param policy_out: the clone's checkpoint.
+    :param metrics_out: the training history and the comparison.
+    :param threads: torch threads (and loader workers when streaming).
+    :param eval_envs: envs stepped together in the comparison.
+    """
+
+    task: TaskConfig
+    policy: PolicyConfig
+    bc: BCConfig
+    seed: int
+    eval_episodes: int
+    demos: str = path()
+    policy_out: str = path()
+    metrics_out: str = path()
+    threads: int = speed()
+    eval_envs: int = speed()
+
+
+def train_bc(job: BCJob, run: Run) -> dict[str, Any]:
     """Clone the expert, save the checkpoint, compare clone and expert on held-out episodes.
 
-    ``eval_episodes`` held-out episodes (``evaluate.during_training``) are run ``eval_envs`` at a
-    time; ``eval_envs`` and ``threads`` change speed, never results.
+    ``job.eval_episodes`` held-out episodes (``evaluate.during_training``) are run
+    ``job.eval_envs`` at a time; the speed settings change speed, never results.
     """
+    task, policy_cfg, bc_cfg, seed = job.task, job.policy, job.bc, job.seed
+    demos_path, policy_out = job.demos, job.policy_out
     obs_space, act_space = tasks.spaces(task.env_id, task.env_kwargs)
     digest = dataset.verify(demos_path)  # a truncated or altered dataset stops the run here
     run.log_dataset(demos_path, digest, context="training")
@@ -48,7 +67,7 @@ def train_bc(
         policy_cfg=policy_cfg,
         bc_cfg=bc_cfg,
         seed=seed,
-        threads=threads,
+        threads=job.threads,
         on_epoch=lambda row: run.log_metrics(row, step=int(row["epoch"])),
         env_id=task.env_id,
         observation_space=obs_space,
@@ -71,12 +90,12 @@ def train_bc(
     actor = acting.make_actor(result.policy.cpu(), result.normalizer, act_space)
     assert task.expert is not None, "the comparison needs the task's expert"
     expert = tasks.load_expert(task.expert.entry_point, task.expert.kwargs)
-    heldout = evaluation.heldout_seeds(seed, eval_episodes)
+    heldout = evaluation.heldout_seeds(seed, job.eval_episodes)
     bc_eval = evaluation.evaluate(
-        task.env_id, task.env_kwargs, actor, heldout, n_envs=eval_envs
+        task.env_id, task.env_kwargs, actor, heldout, n_envs=job.eval_envs
     ).means()
     expert_eval = evaluation.evaluate(
-        task.env_id, task.env_kwargs, expert, heldout, n_envs=eval_envs
+        task.env_id, task.env_kwargs, expert, heldout, n_envs=job.eval_envs
     ).means()
     metrics = {
         "best_epoch": result.best_epoch,
@@ -98,7 +117,7 @@ def train_bc(
         "versions": provenance.versions(),
         "code_revision": provenance.code_revision(),
     }
-    io.write_json(metrics_out, io.strict_json(metrics))  # NaN (an undefined ratio) as null
+    io.write_json(job.metrics_out, io.strict_json(metrics))  # NaN (an undefined ratio) as null
     scalars = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)}
     run.log_metrics({f"final.{k}": v for k, v in scalars.items()})
     run.set_tags({"demo2rl.stop_reason": result.stop_reason, "demo2rl.data_path": result.data_path})

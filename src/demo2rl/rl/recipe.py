@@ -1,20 +1,12 @@
-"""The RL recipe: how each arm uses the demonstrations, in the order a run applies it.
+"""The RL recipe: the env every arm trains in, where each arm starts, and PPO's guided update.
 
-Every arm is stable-baselines3's PPO with the same hyperparameters (``rl.ppo``), budget and env;
-they differ only in the policy they start from and in a guide term added to PPO's updates.
-
-* ``scratch``: a fresh ``MlpPolicy``. The control.
-* ``bc`` (warm start): the clone's weights, its log-std raised, a critic warm-up with the actor
-  frozen, and optionally a fading demonstration term (DAPG-like).
-* ``residual``: PPO learns a correction added to the frozen clone's action
-  (:class:`demo2rl.policy.ResidualPolicy`), starting near zero.
-* ``kickstart``: a fresh policy with a fading distillation term toward the clone's actions on its
-  own states (Schmitt et al. 2018).
-
-Read top to bottom: 1. the env every arm trains in, 2. where each arm starts
-(:func:`build_model`), 3. what changes in PPO's update (:class:`GuidedPPO`: the critic warm-up
-and the guide term of :class:`Guide`). What runs around it (resuming, evaluation and checkpoint
-schedule, SIGTERM, logging) is in :mod:`demo2rl.rl.trainer`.
+Every arm (:mod:`demo2rl.arms`, the registry) is stable-baselines3's PPO with the same
+hyperparameters (``rl.ppo``), budget and env; arms differ only in the policy they start from and
+in a guide term added to PPO's updates. Read top to bottom: 1. the env every arm trains in,
+2. where each arm starts (one start function per arm, named by its registry record, each given a
+:class:`Start`), 3. what changes in PPO's update (:class:`GuidedPPO`: the critic warm-up and the
+guide term of :class:`Guide`). What runs around it (resuming, evaluation and checkpoint schedule,
+SIGTERM, logging) is in :mod:`demo2rl.rl.trainer`.
 """
 
 from __future__ import annotations
@@ -22,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -30,26 +23,26 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 
-from demo2rl import bc, dataset, groups, guidance, policy, tasks, vec
+from demo2rl import arms, dataset, guidance, policy, tasks, vec
 from demo2rl.config import PolicyConfig, RLConfig, TaskConfig
-
-ARMS = groups.ARMS
-"""``bc``, ``residual``, ``kickstart`` (demo-guided) and ``scratch`` (the control)."""
-
 
 # --------------------------------------------------------------------------------------------
 # 1. the env: rl.n_envs copies, actions in [-1, 1], observations normalised with frozen stats
 
 
 def make_training_env(
-    task: TaskConfig, rl_cfg: RLConfig, normalizer: policy.ObsNormalizer, n_workers: int
+    task: TaskConfig,
+    rl_cfg: RLConfig,
+    normalizer: policy.ObsNormalizer,
+    action_space: gym.Space,
+    n_workers: int,
 ) -> VecNormalize:
     """The RL vector env: ``rl.n_envs`` envs of ``rl.vec_env`` kind (native, dummy or
     subproc with ``n_workers`` processes), bounded Box actions rescaled to [-1, 1], and the
     frozen observation normalisation every arm shares (SB3's ``VecNormalize`` with
     ``training=False``, holding the dataset's training-split statistics, as the clone saw them).
+    ``action_space`` is the task's (:func:`demo2rl.tasks.spaces`, resolved once per job).
     """
-    _, action_space = tasks.spaces(task.env_id, task.env_kwargs)
     wrap = _rescale_wrapper if policy.needs_rescale(action_space) else None
     venv: VecEnv = vec.make_vec_env(
         task.env_id, task.env_kwargs, rl_cfg.n_envs, rl_cfg.vec_env, n_workers=n_workers, wrap=wrap
@@ -70,86 +63,111 @@ def _rescale_wrapper(env: gym.Env) -> gym.Env:
     return gym.wrappers.RescaleAction(env, np.float32(-1.0), np.float32(1.0))
 
 
-def dataset_normalizer(demos: dataset.Demos, clip_obs: float) -> policy.ObsNormalizer:
-    """The scratch arm's normalisation: what BC fits from the training split's statistics (the
-    other arms take it from the clone's checkpoint)."""
-    std = demos.stats["obs_std"]
-    return policy.ObsNormalizer(demos.stats["obs_mean"], std * std, clip_obs, policy.OBS_EPSILON)
-
-
 # --------------------------------------------------------------------------------------------
 # 2. where each arm starts
 
 
-def build_model(
-    init: str,
-    env: VecEnv,
-    *,
-    policy_cfg: PolicyConfig,
-    rl_cfg: RLConfig,
-    clone: ActorCriticPolicy | None,
-    demos: Callable[[], tuple[torch.Tensor, torch.Tensor]],
-    seed: int,
-    device: torch.device | str,
-) -> GuidedPPO:
-    """The PPO model of an arm, ready to learn.
+@dataclasses.dataclass(frozen=True)
+class Start:
+    """What an arm's start function builds its PPO model from.
 
-    * ``scratch``: a freshly initialised ``MlpPolicy`` (``policy``; exploration from
-      ``policy.log_std_init``).
-    * ``bc``: the clone's weights, loaded strictly; its log-std set to ``warm_start.log_std``
-      (a Gaussian clone's own is tiny; null keeps it); for ``warm_start.critic_warmup_steps``
-      env steps only the critic learns, on the clone's own rollouts; optionally a demonstration
-      guide (weight ``warm_start.bc_coef`` decaying to 0 over ``bc_decay`` of the budget).
-    * ``residual``: a fresh :class:`demo2rl.policy.ResidualPolicy` whose action is the frozen
-      clone's mean plus a correction that starts near 0 (so the arm starts at the clone's
-      return), exploring from ``residual.log_std``.
-    * ``kickstart``: a fresh ``MlpPolicy`` with a teacher guide: the clone's actions on the
-      policy's own rollout states, weight ``kickstart.coef`` decaying to 0 over
-      ``kickstart.decay`` of the budget.
-
-    ``clone`` (the behaviour clone, in normalised observations) is needed by every arm but
-    scratch; ``demos`` returns the demonstrations' normalised states and action targets when
-    called (only the bc arm's demonstration guide does).
+    :param arm: the arm's registry record.
+    :param env: the training env (:func:`make_training_env`).
+    :param policy_cfg: the network config shared with BC.
+    :param rl_cfg: the ``rl`` section of the run (its arm's own section only).
+    :param clone: the behaviour clone (in normalised observations), for an arm that needs it.
+    :param demos: returns the demonstrations' normalised states and guide targets when called.
+    :param seed: the run's training seed.
+    :param device: where PPO trains.
     """
-    if init not in ARMS:
-        raise ValueError(f"init must be one of {', '.join(ARMS)}, got {init!r}")
-    if init != "scratch" and clone is None:
-        raise ValueError(f"the {init} arm needs a BC checkpoint")
-    total = rl_cfg.total_timesteps
-    kwargs = policy.sb3_policy_kwargs(policy_cfg)
-    policy_class: str | type[ActorCriticPolicy] = "MlpPolicy"
-    if init == "residual":
-        assert rl_cfg.residual is not None
-        policy_class, kwargs["base_spec"] = policy.ResidualPolicy, policy.actor_spec(clone)
-        if rl_cfg.residual.log_std is not None:
-            kwargs["log_std_init"] = rl_cfg.residual.log_std
-    model = GuidedPPO(
-        policy_class,
-        env,
-        policy_kwargs=kwargs,
-        seed=seed,
-        device=device,
-        verbose=0,
-        **rl_cfg.ppo.to_dict(),
-    )
-    if init == "bc":
-        warm = rl_cfg.warm_start
-        assert warm is not None and clone is not None
-        model.policy.load_state_dict(clone.state_dict(), strict=True)
-        if warm.log_std is not None and hasattr(model.policy, "log_std"):  # Gaussian only
-            with torch.no_grad():
-                model.policy.log_std.fill_(warm.log_std)
-        model.critic_warmup = warm.critic_warmup_steps
-        if warm.bc_coef > 0:
-            states, targets = demos()
-            model.guide = Guide(warm.bc_coef, warm.bc_decay, total, states, targets)
-    elif init == "residual":
-        model.policy.set_base(clone)
-    elif init == "kickstart":
-        kick = rl_cfg.kickstart
-        assert kick is not None and clone is not None
-        teacher = clone.to(model.device).requires_grad_(False)
-        model.guide = Guide(kick.coef, kick.decay, total, teacher=teacher)
+
+    arm: arms.Arm
+    env: VecEnv
+    policy_cfg: PolicyConfig
+    rl_cfg: RLConfig
+    clone: ActorCriticPolicy | None
+    demos: Callable[[], tuple[torch.Tensor, torch.Tensor]]
+    seed: int
+    device: torch.device | str
+
+    @property
+    def settings(self) -> Any:
+        """The arm's own ``rl`` section (None for an arm without one)."""
+        return getattr(self.rl_cfg, self.arm.section) if self.arm.section else None
+
+    def ppo(
+        self, policy_class: str | type[ActorCriticPolicy] = "MlpPolicy", **policy_kwargs: Any
+    ) -> GuidedPPO:
+        """A fresh PPO model on the run's env, seed and hyperparameters; ``policy_kwargs`` add to
+        (or replace) the network config's."""
+        return GuidedPPO(
+            policy_class,
+            self.env,
+            policy_kwargs=policy.sb3_policy_kwargs(self.policy_cfg) | policy_kwargs,
+            seed=self.seed,
+            device=self.device,
+            verbose=0,
+            **self.rl_cfg.ppo.to_dict(),
+        )
+
+
+def build_model(start: Start) -> GuidedPPO:
+    """The PPO model of ``start.arm``, ready to learn: its registered start function's."""
+    arm = start.arm
+    if arm.needs_clone and start.clone is None:
+        raise ValueError(f"the {arm.name} arm needs a BC checkpoint")
+    build = tasks.resolve_entry_point(arm.start) if isinstance(arm.start, str) else arm.start
+    return build(start)
+
+
+def scratch(start: Start) -> GuidedPPO:
+    """A freshly initialised ``MlpPolicy`` (exploration from ``policy.log_std_init``)."""
+    return start.ppo()
+
+
+def warm_start(start: Start) -> GuidedPPO:
+    """The clone's weights, loaded strictly; its log-std set to ``warm_start.log_std`` (a
+    Gaussian clone's own is tiny; null keeps it); for ``warm_start.critic_warmup_steps`` env
+    steps only the critic learns, on the clone's own rollouts; optionally a demonstration guide
+    (weight ``warm_start.bc_coef`` decaying to 0 over ``bc_decay`` of the budget)."""
+    warm, clone = start.settings, start.clone
+    assert warm is not None and clone is not None
+    model = start.ppo()
+    model.policy.load_state_dict(clone.state_dict(), strict=True)
+    if warm.log_std is not None and hasattr(model.policy, "log_std"):  # Gaussian only
+        with torch.no_grad():
+            model.policy.log_std.fill_(warm.log_std)
+    model.critic_warmup = warm.critic_warmup_steps
+    if warm.bc_coef > 0:
+        states, targets = start.demos()
+        total = start.rl_cfg.total_timesteps
+        model.guide = Guide(warm.bc_coef, warm.bc_decay, total, states, targets)
+    return model
+
+
+def residual(start: Start) -> GuidedPPO:
+    """A fresh :class:`demo2rl.policy.ResidualPolicy`: the frozen clone's action mean (Box) or
+    logits (Discrete) plus a correction that starts near 0 (Box: SB3's 0.01-gain action layer)
+    or at 0 (Discrete), so the arm starts at the clone's return; a Gaussian explores from
+    ``residual.log_std``."""
+    cfg, clone = start.settings, start.clone
+    assert cfg is not None and clone is not None
+    extra: dict[str, Any] = {"base_spec": policy.actor_spec(clone)}
+    if cfg.log_std is not None:
+        extra["log_std_init"] = cfg.log_std
+    model = start.ppo(policy.ResidualPolicy, **extra)
+    model.policy.set_base(clone)
+    return model
+
+
+def kickstart(start: Start) -> GuidedPPO:
+    """A fresh ``MlpPolicy`` with a teacher guide: the clone's actions on the policy's own rollout
+    states, weight ``kickstart.coef`` decaying to 0 over ``kickstart.decay`` of the budget."""
+    kick, clone = start.settings, start.clone
+    assert kick is not None and clone is not None
+    model = start.ppo()
+    teacher = clone.to(model.device).requires_grad_(False)
+    model.guide = Guide(kick.coef, kick.decay, start.rl_cfg.total_timesteps, teacher=teacher)
     return model
 
 
@@ -224,7 +242,7 @@ class GuidedPPO(PPO):
     def train(self) -> None:
         rollout_start = self.num_timesteps - self.n_steps * self.n_envs  # the update's data
         if rollout_start < self.critic_warmup:
-            with frozen(bc.actor_parameters(self.policy)):
+            with frozen(policy.actor_parameters(self.policy)):
                 super().train()
             return
         weight = self.guide.weight(rollout_start) if self.guide is not None else 0.0

@@ -1,0 +1,153 @@
+"""The RL arms: one record per arm, and the registry every other part of demo2rl reads them from.
+
+An arm is how an RL run uses the demonstrations. Every arm trains stable-baselines3's PPO with the
+same hyperparameters (``rl.ppo``), budget and env; arms differ only in the policy a run starts
+from and in a guide term added to PPO's updates. Each :class:`Arm` says everything about itself
+once: its name (the value in ``rl.inits`` and the ``init`` wildcard), its label and colour (in
+every table and figure), the ``rl`` config section that only its runs read, whether it needs the
+behaviour clone (the rules' inputs), which action spaces it supports (the task probe) and where
+its start lives (the function that builds its PPO model and guide term, in
+:mod:`demo2rl.rl.recipe`). The summary's groups and comparisons (:mod:`demo2rl.groups`), the
+figures' colours, the probe's checks, the rules' inputs and the trainer's start all derive from
+:data:`REGISTRY`; nothing else names an arm.
+
+The start is a ``"module:function"`` string, as gymnasium's registry names an env's entry point:
+this module stays light (the rules, the probe and the summary import it without torch), and the
+code fingerprint of a rule that only reads an arm's label does not cover how the arm trains.
+A start takes a :class:`demo2rl.rl.recipe.Start` and returns the model; see there.
+
+Adding an arm: its :class:`Arm` below, its settings section (schema, a dataclass field of
+``RLConfig``, config/config.yaml) if it has one, its start function, its tests and its line in
+docs/arms.md (docs/architecture.md walks through it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import Any
+
+CONTROL = "scratch"
+"""The arm every demo-guided arm is compared with: RL without the demonstrations."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Arm:
+    """One RL arm.
+
+    :param name: its name in ``rl.inits``, in file paths (``rl/<name>/seed-<s>``) and policy
+        names (``rl-<name>-seed<s>``): letters, digits and underscores.
+    :param label: how tables and figures name it.
+    :param color: its matplotlib colour in every figure.
+    :param start: ``"module:function"`` (or the function itself) building its PPO model from a
+        :class:`demo2rl.rl.recipe.Start`.
+    :param section: the ``rl`` config section only this arm's runs read (None: none).
+    :param needs_clone: whether a run starts from, or is guided by, the behaviour clone (then
+        its job waits for BC and is given the clone's checkpoint).
+    :param action_spaces: the gymnasium action space classes it supports, by name.
+    :param doc: one line saying what it does.
+    """
+
+    name: str
+    label: str
+    color: str
+    start: Any
+    section: str | None = None
+    needs_clone: bool = True
+    action_spaces: tuple[str, ...] = ("Box", "Discrete")
+    doc: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.name.replace("_", "").isalnum() or not self.name.isascii():
+            raise ValueError(f"arm name {self.name!r}: letters, digits and underscores only")
+
+    @property
+    def group(self) -> str:
+        """The policy group its runs are compared as (``rl_<name>``)."""
+        return f"rl_{self.name}"
+
+    def supports(self, action_space: Any) -> bool:
+        """Whether a run of this arm can act in ``action_space`` (a gymnasium space)."""
+        return any(cls.__name__ in self.action_spaces for cls in type(action_space).__mro__)
+
+
+REGISTRY: dict[str, Arm] = {}
+"""Every arm, by name, in the order of every table and figure."""
+
+
+def register(arm: Arm) -> Arm:
+    """Add ``arm`` to the registry (after the built-in ones); a name may be registered once."""
+    if arm.name in REGISTRY:
+        raise ValueError(f"an arm named {arm.name!r} is registered already")
+    REGISTRY[arm.name] = arm
+    return arm
+
+
+def get(name: str) -> Arm:
+    """The arm called ``name``; a ValueError naming the known ones otherwise."""
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown arm {name!r} (known: {', '.join(REGISTRY)})") from None
+
+
+def names() -> tuple[str, ...]:
+    """Every registered arm's name, in registry order."""
+    return tuple(REGISTRY)
+
+
+def sections() -> dict[str, str]:
+    """The arms' own ``rl`` sections: section name -> the arm that reads it."""
+    return {arm.section: arm.name for arm in REGISTRY.values() if arm.section}
+
+
+def needing_clone(arms: Iterable[str]) -> list[str]:
+    """Those of ``arms`` whose runs need the behaviour clone."""
+    return [name for name in arms if get(name).needs_clone]
+
+
+register(
+    Arm(
+        name="bc",
+        label="RL warm-started from BC",
+        color="tab:blue",
+        start="demo2rl.rl.recipe:warm_start",
+        section="warm_start",
+        doc="PPO starts from the clone's weights (raised log-std, optional critic warm-up and "
+        "fading demonstration term)",
+    )
+)
+register(
+    Arm(
+        name="residual",
+        label="residual RL on BC",
+        color="tab:red",
+        start="demo2rl.rl.recipe:residual",
+        section="residual",
+        doc="PPO learns a correction added to the frozen clone's action mean (Box) or logits "
+        "(Discrete); it starts near zero, so the arm starts at the clone",
+    )
+)
+register(
+    Arm(
+        name="kickstart",
+        label="RL kickstarted by BC",
+        color="tab:purple",
+        start="demo2rl.rl.recipe:kickstart",
+        section="kickstart",
+        doc="a fresh policy pulled towards the clone's actions on its own states by a term "
+        "that fades out",
+    )
+)
+register(
+    Arm(
+        name=CONTROL,
+        label="RL from scratch",
+        color="tab:green",
+        start="demo2rl.rl.recipe:scratch",
+        needs_clone=False,
+        doc="a fresh policy, no demonstrations: the control",
+    )
+)
+BUILTIN = names()
+"""The arms demo2rl ships (config/schema.yaml's ``rl.inits`` enum lists exactly these)."""

@@ -1,0 +1,72 @@
+"""The names of a workflow's runs and policies, built and parsed here and nowhere else.
+
+An RL run is an arm and a seed (:class:`RLRun`). It has one spelling per use:
+
+* its policy name ``rl-<arm>-seed<s>``: the evaluation record, the MLflow run, the summary;
+* its directory ``rl/<arm>/seed-<s>`` under the experiment's results (:data:`RL_DIR`);
+* its log and benchmark file stem ``<arm>-seed<s>`` (:data:`RL_LOG`).
+
+The rules write the same patterns with the ``init`` and ``seed`` wildcards in place of the values,
+so that a path Snakemake builds and a path the library builds are one string. The other evaluated
+policies are :data:`EXPERT` and :data:`BC`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterable
+
+EXPERT = "expert"
+BC = "bc"
+RL_POLICY = "rl-{init}-seed{seed}"
+"""An RL run's policy name, as a pattern of the rules' wildcards."""
+RL_DIR = "rl/{init}/seed-{seed}"
+"""An RL run's directory under the experiment's results, as a pattern of the wildcards."""
+RL_LOG = "{init}-seed{seed}"
+"""An RL run's log and benchmark file stem, as a pattern of the wildcards."""
+_RL_POLICY = re.compile(r"rl-(?P<init>[A-Za-z0-9_]+)-seed(?P<seed>\d+)")
+
+
+@dataclasses.dataclass(frozen=True)
+class RLRun:
+    """One RL run: an arm and a seed."""
+
+    arm: str
+    seed: int
+
+    @property
+    def name(self) -> str:
+        """Its policy name (evaluation record, MLflow run): ``rl-<arm>-seed<s>``."""
+        return RL_POLICY.format(init=self.arm, seed=self.seed)
+
+    @property
+    def group(self) -> str:
+        """The policy group it is compared in: ``rl_<arm>``."""
+        return f"rl_{self.arm}"
+
+    def dir(self, results: str) -> str:
+        """Its directory under an experiment's results directory."""
+        return f"{results}/{RL_DIR.format(init=self.arm, seed=self.seed)}"
+
+    @classmethod
+    def parse(cls, name: str) -> RLRun | None:
+        """The run of a policy name ``rl-<arm>-seed<s>``; None for another name."""
+        match = _RL_POLICY.fullmatch(name)
+        return cls(match["init"], int(match["seed"])) if match else None
+
+
+def rl_runs(arms: Iterable[str], seeds: Iterable[int]) -> list[RLRun]:
+    """Every run of ``arms`` x ``seeds``, arm by arm."""
+    seeds = list(seeds)
+    return [RLRun(arm, int(seed)) for arm in arms for seed in seeds]
+
+
+def policy_names(arms: Iterable[str], seeds: Iterable[int]) -> list[str]:
+    """The evaluated policies of a workflow: the expert, the clone, every RL run."""
+    return [EXPERT, BC, *(run.name for run in rl_runs(arms, seeds))]
+
+
+def policy_pattern(arms: Iterable[str]) -> str:
+    """A regular expression matching exactly the policy names of these arms (any seed)."""
+    return rf"{EXPERT}|{BC}|rl-({'|'.join(arms)})-seed\d+"
