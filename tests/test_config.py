@@ -171,3 +171,19 @@ def test_a_missing_key_is_named():
     cfg = config.load(TEST_CONFIG)
     with pytest.raises(config.ConfigError, match="'bc.patience': missing"):
         config.BCConfig.of({k: v for k, v in cfg["bc"].items() if k != "patience"})
+
+
+def test_every_schema_leaf_has_a_description():
+    """Each leaf key of config/schema.yaml (a property without ``properties``) says what it
+    does: the schema is the reference for every key."""
+    schema = yaml.safe_load(config.SCHEMA.read_text())
+    missing = []
+    todo = [("", schema)]
+    while todo:
+        prefix, node = todo.pop()
+        for key, entry in node.get("properties", {}).items():
+            if "properties" in entry:
+                todo.append((f"{prefix}{key}.", entry))
+            elif not str(entry.get("description") or "").strip():
+                missing.append(f"{prefix}{key}")
+    assert not missing, f"schema keys without a description in {config.SCHEMA}: {sorted(missing)}"

@@ -13,8 +13,8 @@ Snakemake's plan is ``snakemake --detailed-summary``: per output its rule, input
 update is pending (the same decision a dry run prints; one case checks that they agree). A key or
 a module without a declaration fails the test, so ones added later are covered automatically.
 
-The matrix it finds is also the table in the README (between the ``rerun-matrix`` markers); a
-difference fails the test and leaves the table to paste in results/test-artifacts/.
+The matrix it finds is also the table in docs/reruns.md (between the ``rerun-matrix`` markers); a
+difference rewrites that table in place and fails the test: commit the regenerated file.
 """
 
 from __future__ import annotations
@@ -436,18 +436,25 @@ def test_spelling_out_what_auto_picks_reruns_nothing(test_workflow: Path, tmp_pa
     assert rows and not [out for out, row in rows.items() if row["pending"]]
 
 
-def test_readme_shows_the_matrix(matrix):
+def test_reruns_doc_shows_the_matrix(matrix):
+    """docs/reruns.md shows the matrix this run found. A stale table is rewritten in place
+    (between the ``rerun-matrix`` markers) and the test fails, so that the regenerated file gets
+    reviewed and committed; the next run passes."""
     table = markdown_table(matrix)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     (ARTIFACTS / "rerun-matrix.md").write_text(table)
-    readme = (REPO / "README.md").read_text()
-    shown = readme.split("<!-- rerun-matrix:start -->\n", 1)[-1].split("<!-- rerun-matrix:end -->")[
-        0
-    ]
-    assert shown == table, (
-        "README.md's rerun matrix is out of date: paste results/test-artifacts/rerun-matrix.md "
-        "between its rerun-matrix markers"
-    )
+    doc = REPO / "docs" / "reruns.md"
+    start, end = "<!-- rerun-matrix:start -->\n", "<!-- rerun-matrix:end -->"
+    text = doc.read_text()
+    assert text.count(start) == 1 and text.count(end) == 1, f"{doc}: no rerun-matrix markers"
+    head, rest = text.split(start)
+    shown, tail = rest.split(end)
+    if shown != table:
+        doc.write_text(head + start + table + end + tail)
+        pytest.fail(
+            f"{doc.relative_to(REPO)}'s rerun matrix was stale and has been rewritten with the "
+            "matrix this run found: review and commit it (git diff docs/reruns.md)"
+        )
 
 
 def markdown_table(matrix: Mapping[str, Mapping[str, Case]]) -> str:
