@@ -71,7 +71,7 @@ DIAGNOSIS = scratch bc residual kickstart bc:warm_start.log_std=-1.0 bc:warm_sta
 	bc:warm_start.log_std=0.0 bc:warm_start.critic_warmup_steps=40960 bc:ppo.learning_rate=0.0001 \
 	bc:warm_start.bc_coef=0.1 residual:residual.log_std=-0.5 kickstart:kickstart.decay=0.1
 
-diagnose: venv  ## the README's diagnosis of the RL arms, on the runs of `make run` (about 15 min)
+diagnose: venv  ## the diagnosis of the RL arms (docs/arms.md), on the runs of `make run` (about 15 min)
 	$(BIN)/python benchmarks/arms.py --results results/racing --name diagnosis --variants $(DIAGNOSIS)
 
 clean:  ## remove generated results (keeps .venv)

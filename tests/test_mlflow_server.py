@@ -417,7 +417,7 @@ auth_cache_ttl_seconds = 60
 
 @pytest.fixture(scope="module")
 def auth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
-    """A real ``mlflow server --app-name basic-auth`` (as in the README): the admin's first
+    """A real ``mlflow server --app-name basic-auth`` (as in docs/mlflow.md): the admin's first
     password from MLFLOW_AUTH_ADMIN_PASSWORD, then changed; a user ``alice`` created by the
     admin. Nobody but the admin and the experiments' creators may read anything."""
     root = tmp_path_factory.mktemp("mlflow-auth")

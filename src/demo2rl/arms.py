@@ -11,10 +11,11 @@ its start lives (the function that builds its PPO model and guide term, in
 figures' colours, the probe's checks, the rules' inputs and the trainer's start all derive from
 :data:`REGISTRY`; nothing else names an arm.
 
-The start is a ``"module:function"`` string, as gymnasium's registry names an env's entry point:
-this module stays light (the rules, the probe and the summary import it without torch), and the
-code fingerprint of a rule that only reads an arm's label does not cover how the arm trains.
-A start takes a :class:`demo2rl.rl.recipe.Start` and returns the model; see there.
+A built-in arm names its start function in :mod:`demo2rl.rl.recipe` (an arm registered from
+elsewhere gives the function itself). So this module stays light (the rules, the probe and the
+summary import it without torch), and the code fingerprint of a rule that only reads an arm's
+label does not cover how the arm trains. A start takes a :class:`demo2rl.rl.recipe.Start` and
+returns the model; see there.
 
 Adding an arm: its :class:`Arm` below, its settings section (schema, a dataclass field of
 ``RLConfig``, config/config.yaml) if it has one, its start function, its tests and its line in
@@ -39,8 +40,8 @@ class Arm:
         names (``rl-<name>-seed<s>``): letters, digits and underscores.
     :param label: how tables and figures name it.
     :param color: its matplotlib colour in every figure.
-    :param start: ``"module:function"`` (or the function itself) building its PPO model from a
-        :class:`demo2rl.rl.recipe.Start`.
+    :param start: the function building its PPO model from a :class:`demo2rl.rl.recipe.Start`,
+        or the name of one in :mod:`demo2rl.rl.recipe`.
     :param section: the ``rl`` config section only this arm's runs read (None: none).
     :param needs_clone: whether a run starts from, or is guided by, the behaviour clone (then
         its job waits for BC and is given the clone's checkpoint).
@@ -111,7 +112,7 @@ register(
         name="bc",
         label="RL warm-started from BC",
         color="tab:blue",
-        start="demo2rl.rl.recipe:warm_start",
+        start="warm_start",
         section="warm_start",
         doc="PPO starts from the clone's weights (raised log-std, optional critic warm-up and "
         "fading demonstration term)",
@@ -122,7 +123,7 @@ register(
         name="residual",
         label="residual RL on BC",
         color="tab:red",
-        start="demo2rl.rl.recipe:residual",
+        start="residual",
         section="residual",
         doc="PPO learns a correction added to the frozen clone's action mean (Box) or logits "
         "(Discrete); it starts near zero, so the arm starts at the clone",
@@ -133,7 +134,7 @@ register(
         name="kickstart",
         label="RL kickstarted by BC",
         color="tab:purple",
-        start="demo2rl.rl.recipe:kickstart",
+        start="kickstart",
         section="kickstart",
         doc="a fresh policy pulled towards the clone's actions on its own states by a term "
         "that fades out",
@@ -144,7 +145,7 @@ register(
         name=CONTROL,
         label="RL from scratch",
         color="tab:green",
-        start="demo2rl.rl.recipe:scratch",
+        start="scratch",
         needs_clone=False,
         doc="a fresh policy, no demonstrations: the control",
     )

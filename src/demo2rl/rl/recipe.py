@@ -23,7 +23,7 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 
-from demo2rl import arms, dataset, guidance, policy, tasks, vec
+from demo2rl import arms, dataset, guidance, policy, vec
 from demo2rl.config import PolicyConfig, RLConfig, TaskConfig
 
 # --------------------------------------------------------------------------------------------
@@ -116,7 +116,9 @@ def build_model(start: Start) -> GuidedPPO:
     arm = start.arm
     if arm.needs_clone and start.clone is None:
         raise ValueError(f"the {arm.name} arm needs a BC checkpoint")
-    build = tasks.resolve_entry_point(arm.start) if isinstance(arm.start, str) else arm.start
+    build = arm.start if callable(arm.start) else globals().get(arm.start)
+    if not callable(build):
+        raise ValueError(f"the {arm.name} arm's start {arm.start!r} is no function of {__name__}")
     return build(start)
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from demo2rl import acting, checkpoints, dataset, evaluation, groups, io, provenance, tasks
+from demo2rl import acting, checkpoints, dataset, evaluation, groups, io, names, provenance, tasks
 from demo2rl.config import TaskConfig
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ def evaluate_policy(
     env_id, env_kwargs = task.env_id, task.env_kwargs
     obs_space, act_space = tasks.spaces(env_id, env_kwargs)
     source: dict[str, Any]
-    if name == "expert":
+    if name == names.EXPERT:
         assert task.expert is not None, "the expert's evaluation needs the task's expert"
         actor = tasks.load_expert(task.expert.entry_point, task.expert.kwargs)
         source = {"expert": task.expert.to_dict()}

@@ -31,7 +31,7 @@ def plot_racing(*, evaluations: Sequence[str], track_png: str, lap_gif: str, run
     records = [json.loads(Path(p).read_text()) for p in evaluations]
     by_name = {r["policy"]: r for r in records}
     best_rl = groups.best_rl_run(records)
-    shown = [p for p in ("expert", "bc", best_rl) if p in by_name]
+    shown = [p for p in (names.EXPERT, names.BC, best_rl) if p in by_name]
     animated = best_rl or shown[-1]  # without RL runs: the clone
     drives = {p: _replay(by_name[p], frames=p == animated) for p in shown}
     track = drives[shown[0]].track

@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from demo2rl import io, provenance, summary
+from demo2rl import io, names, provenance, summary
 
 if TYPE_CHECKING:
     from demo2rl.tracking import Run  # annotations only: importing it imports MLflow
 
 log = logging.getLogger(__name__)
 
-LEVELS = ("expert", "bc")
+LEVELS = (names.EXPERT, names.BC)
 """Groups drawn as reference levels beside the RL learning curves."""
 
 
@@ -65,9 +65,9 @@ def summarize(
     bands = _curve_bands(curves, confidence, seed)
     result["learning_curves"] = {g: {k: v.tolist() for k, v in b.items()} for g, b in bands.items()}
     result["curve_levels"] = levels
-    if "expert" in levels:
+    if names.EXPERT in levels:
         result["steps_to_expert"] = {
-            g: summary.steps_to_reach(b, levels["expert"]) for g, b in bands.items()
+            g: summary.steps_to_reach(b, levels[names.EXPERT]) for g, b in bands.items()
         }
     result["versions"] = provenance.versions()
     result["code_revision"] = provenance.code_revision()
