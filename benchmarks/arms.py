@@ -34,7 +34,7 @@ import pandas as pd
 import torch
 import yaml
 
-from demo2rl import acting, evaluation, groups, names, provenance, rl, summary
+from demo2rl import acting, arms, evaluation, groups, names, provenance, rl, summary
 from demo2rl import config as config_lib
 from demo2rl.dataset import read_attrs
 from demo2rl.io import write_json
@@ -138,7 +138,7 @@ def _train_and_evaluate(
             clip_obs=config["bc"]["clip_obs"],
             eval_episodes=evaluate.during_training,
             demos=f"{results}/demos/demos.h5",
-            clone=f"{results}/bc/policy.pt",
+            clone=f"{results}/bc/policy.pt" if arms.get(init).needs_clone else None,
             state_dir=state_dir,
             threads=1,
             eval_envs=evaluate.n_envs,
@@ -160,14 +160,18 @@ def _train_and_evaluate(
     }
 
 
-def table(runs: list[dict[str, Any]], names: list[str]) -> list[dict[str, Any]]:
-
-    scores = {n: np.array([r["final_returns"] for r in runs if r["variant"] == n]) for n in names}
-    control = next((n for n in names if n == "scratch" or n.startswith("scratch:")), None)
-    pairs = [(n, control) for n in names if control and n != control]
+def table(runs: list[dict[str, Any]], variants: list[str]) -> list[dict[str, Any]]:
+    """One row per variant: IQM, P(variant > the control arm), start, lowest and final points."""
+    scores = {
+        n: np.array([r["final_returns"] for r in runs if r["variant"] == n]) for n in variants
+    }
+    control = next(
+        (n for n in variants if n == arms.CONTROL or n.startswith(f"{arms.CONTROL}:")), None
+    )
+    pairs = [(n, control) for n in variants if control and n != control]
     stats = summary.compare(scores, pairs, reps=20_000, confidence=0.95, seed=0)
     rows = []
-    for n in names:
+    for n in variants:
         mine = [r for r in runs if r["variant"] == n]
         curve_min = min(min(p["return_mean"] for p in r["curve"]) for r in mine)
         start = float(np.mean([r["curve"][0]["return_mean"] for r in mine]))

@@ -64,6 +64,7 @@ rule summarize:
         curve_tracks=EVALUATE.during_training,
         # the RL run of each of the curves, in their order
         curve_runs=[run.name for run in RL_RUNS],
+        arm_looks=ARM_LOOKS,
         # summary.md links to the figures
         figures=SUMMARY_FIGURES,
         code=code("summarize"),
@@ -97,6 +98,7 @@ rule plot_summary:
         runtime=5,
     params:
         tracking=TRACKING,
+        arm_looks=ARM_LOOKS,
         code=code("plot_summary"),
     script:
         "../scripts/plot_summary.py"
@@ -128,6 +130,7 @@ rule plot_racing:
         runtime=10,
     params:
         tracking=TRACKING,
+        arm_looks=ARM_LOOKS,
         code=code("plot_racing", task=True),
     script:
         "../scripts/plot_racing.py"

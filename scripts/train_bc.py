@@ -2,20 +2,21 @@
 
 from demo2rl.config import BCConfig, PolicyConfig, TaskConfig
 from demo2rl.jobs import job
+from demo2rl.names import BC
 from demo2rl.stages import train_bc as stage
 
 p = snakemake.params
-spec = stage.BCJob(
-    task=TaskConfig.of(p.task),
-    policy=PolicyConfig.of(p.policy),
-    bc=BCConfig.of(p.bc),
-    seed=p.seed,
-    eval_episodes=p.eval_episodes,
-    demos=snakemake.input.demos,
-    policy_out=snakemake.output.policy,
-    metrics_out=snakemake.output.metrics,
-    threads=snakemake.threads,
-    eval_envs=snakemake.resources.eval_envs,
-)
-with job(snakemake, stage="bc", run_name="bc") as run:
+with job(snakemake, stage="bc", run_name=BC) as run:
+    spec = stage.BCJob(
+        task=TaskConfig.of(p.task),
+        policy=PolicyConfig.of(p.policy),
+        bc=BCConfig.of(p.bc),
+        seed=p.seed,
+        eval_episodes=p.eval_episodes,
+        demos=snakemake.input.demos,
+        policy_out=snakemake.output.policy,
+        metrics_out=snakemake.output.metrics,
+        threads=snakemake.threads,
+        eval_envs=snakemake.resources.eval_envs,
+    )
     stage.train_bc(spec, run)

@@ -27,6 +27,7 @@ from demo2rl import (
     names,
     policy,
     probe,
+    provenance,
     rl,
     summary,
     tasks,
@@ -55,12 +56,18 @@ def cartpole(tmp_path_factory) -> tuple[Path, Path]:
 # the registry is the one home of an arm
 
 
-def test_the_schema_lists_exactly_the_built_in_arms():
+def test_the_schema_leaves_the_arms_to_the_registry():
+    """Any arm name passes the schema (an arm is the registry's), and the probe names an unknown
+    one; the schema's description names every built-in arm; the default is all of them."""
     schema = yaml.safe_load((REPO / "config" / "schema.yaml").read_text())
     inits = schema["properties"]["rl"]["properties"]["inits"]
-    listed = next(option for option in inits["oneOf"] if option.get("type") == "array")
-    assert listed["items"]["enum"] == list(arms.BUILTIN)
     assert inits["default"] == probe.ALL_ARMS
+    assert all(arm in inits["description"] for arm in arms.BUILTIN)
+    cfg = config.load({"rl": {"inits": ["bc", "sac"]}})  # the schema lets it through
+    with pytest.raises(config.ConfigError, match=r"'rl.inits': unknown arm 'sac' \(known: bc,"):
+        probe.probe_task(cfg)
+    with pytest.raises(Exception, match="is not valid"):
+        config.load({"rl": {"inits": ["my-arm"]}})  # not a name an arm can have
 
 
 def test_every_arm_section_is_a_field_of_the_rl_config_and_read_only_by_its_arm():
@@ -124,6 +131,7 @@ def toy_start(start: rl.Start) -> rl.GuidedPPO:
 
 @pytest.fixture
 def toy_arm():
+    STARTED.clear()
     arm = arms.register(
         arms.Arm(
             name="toy",
@@ -132,7 +140,6 @@ def toy_arm():
             start=toy_start,
             needs_clone=False,
             action_spaces=("Box",),
-            doc="for the tests",
         )
     )
     yield arm
@@ -156,7 +163,7 @@ def test_a_toy_arm_runs_through_the_trainer_and_the_summary(toy_arm, cartpole, t
 
     for arm in ("toy", "scratch"):
         spec = job(cartpole, tmp_path / arm, arm, cfg, task=CARTPOLE, eval_episodes=2)
-        result = rl.train_rl(spec, key=train_rl_stage.run_key(spec, "demos"))
+        result = rl.train_rl(spec, key=train_rl_stage.run_key(spec, "demos", "clone"))
         assert result.timesteps == 512 and len(result.evaluations) >= 2
         actor = acting.make_actor(result.model.policy, result.normalizer, act_space)
         records.append(record(spec.run.name, actor))
@@ -217,7 +224,7 @@ def test_discrete_residual_starts_at_the_clone_and_trains_only_the_correction(ca
         acting.make_actor(clone, normalizer, act_space)(raw),
     )
     # trained: the base stays the clone's, the correction moves, and the run starts at the clone
-    result = rl.train_rl(spec, key=train_rl_stage.run_key(spec, "demos"))
+    result = rl.train_rl(spec, key=train_rl_stage.run_key(spec, "demos", "clone"))
     trained = result.model.policy.state_dict()
     assert torch.equal(trained["base.0.weight"], clone.mlp_extractor.policy_net[0].weight)
     assert torch.equal(trained["base.4.bias"], clone.action_net.bias)
@@ -238,18 +245,21 @@ def test_discrete_residual_starts_at_the_clone_and_trains_only_the_correction(ca
 
 def test_the_resume_key_covers_every_result_field_and_no_path_or_speed_setting(cartpole, tmp_path):
     spec = job(cartpole, tmp_path / "state", "bc", RL_CFG)
-    key = train_rl_stage.run_key(spec, "digest")
+    key = train_rl_stage.run_key(spec, "digest", "clone")
     # speed settings and paths (the clone's content is in the key, not its path) change nothing
     same = dataclasses.replace(
         spec, threads=4, eval_envs=2, checkpoint_every=7, state_dir="elsewhere", policy_out="p"
     )
-    assert train_rl_stage.run_key(same, "digest") == key
+    assert train_rl_stage.run_key(same, "digest", "clone") == key
     # every result field does, and names itself
     for name, value in {"run_seed": 9, "seed": 5, "clip_obs": 3.0, "eval_episodes": 1}.items():
-        other = train_rl_stage.run_key(dataclasses.replace(spec, **{name: value}), "digest")
+        other = train_rl_stage.run_key(
+            dataclasses.replace(spec, **{name: value}), "digest", "clone"
+        )
         assert other["key"] != key["key"], name
         assert [p for p in key["parts"] if key["parts"][p] != other["parts"][p]] == ["job"]
-    assert train_rl_stage.run_key(spec, "other digest")["key"] != key["key"]
+    assert train_rl_stage.run_key(spec, "other digest", "clone")["key"] != key["key"]
+    assert train_rl_stage.run_key(spec, "digest", "other clone")["key"] != key["key"]
 
     # a field added to the spec later is covered without a word in the key's code
     @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -257,8 +267,8 @@ def test_the_resume_key_covers_every_result_field_and_no_path_or_speed_setting(c
         new_knob: float = 1.0
 
     fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
-    base = train_rl_stage.run_key(Extended(**fields), "digest")
-    turned = train_rl_stage.run_key(Extended(**fields, new_knob=2.0), "digest")
+    base = train_rl_stage.run_key(Extended(**fields), "digest", "clone")
+    turned = train_rl_stage.run_key(Extended(**fields, new_knob=2.0), "digest", "clone")
     assert base["key"] != key["key"] and turned["key"] != base["key"]
 
 
@@ -275,5 +285,23 @@ def test_a_train_rl_job_resolves_the_task_spaces_once(cartpole, tmp_path, monkey
     for arm in ("scratch", "bc"):
         calls.clear()
         spec = job(cartpole, tmp_path / arm, arm, cfg, task=CARTPOLE, eval_episodes=2)
-        rl.train_rl(spec, key=train_rl_stage.run_key(spec, "demos"))
+        rl.train_rl(spec, key=train_rl_stage.run_key(spec, "demos", "clone"))
         assert len(calls) == 1, arm
+
+
+def test_an_arms_label_or_colour_is_no_code_a_training_rule_runs(tmp_path):
+    """Editing how an arm is shown (label, colour) changes no code fingerprint (the rules that
+    show it take it as a param instead); editing what it does (its start, needs_clone) does."""
+    source = (REPO / "src" / "demo2rl" / "arms.py").read_text()
+    assert 'color="tab:red",' in source and 'label="residual RL on BC",' in source
+
+    def fingerprint(text: str) -> str:
+        path = tmp_path / f"v{len(list(tmp_path.iterdir()))}.py"
+        path.write_text(text)
+        return provenance._parse(path, "demo2rl.arms", 0, 0).source
+
+    base = fingerprint(source)
+    shown = source.replace('color="tab:red",', 'color="tab:pink",')
+    assert fingerprint(shown.replace('"residual RL on BC"', '"residual PPO"')) == base
+    assert fingerprint(source.replace('start="residual"', 'start="scratch"')) != base
+    assert fingerprint(source.replace("needs_clone=False", "needs_clone=True")) != base

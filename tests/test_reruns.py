@@ -54,6 +54,7 @@ from conftest import REPO, TEST_CONFIG, copy_run, snakemake, untracked
 
 from demo2rl import dataset
 from demo2rl.arms import BUILTIN as ARMS
+from demo2rl.arms import get as get_arm
 from demo2rl.tracking import sidecar_path
 
 pytestmark = pytest.mark.integration
@@ -376,7 +377,7 @@ def test_rl_learning_rate_change_discards_the_stale_state(chain, tree):
     arms = RERUN_ARMS["rl_learning_rate"]
     rerun(chain, changed("rl.ppo.learning_rate", 1e-3), policies(arms), RL_ONLY)
     assert_changed(results_of(chain), results_of(tree), policies(arms))
-    change_back(chain, tree, arms, RL_ONLY, {arm: {"config"} for arm in arms})
+    change_back(chain, tree, arms, RL_ONLY, {arm: {"job"} for arm in arms})
 
 
 def test_doubled_rl_budget(chain, tree):
@@ -385,7 +386,7 @@ def test_doubled_rl_budget(chain, tree):
     half = changed("rl.total_timesteps", CONFIG["rl"]["total_timesteps"] // 2)
     rerun(chain, half, policies(arms), RL_ONLY)
     assert_changed(results_of(chain), results_of(tree), policies(arms))
-    change_back(chain, tree, arms, RL_ONLY, {arm: {"config"} for arm in arms})
+    change_back(chain, tree, arms, RL_ONLY, {arm: {"job"} for arm in arms})
 
 
 def test_halved_rl_budget(chain, tree):
@@ -394,7 +395,7 @@ def test_halved_rl_budget(chain, tree):
     doubled = changed("rl.total_timesteps", 2 * CONFIG["rl"]["total_timesteps"])
     rerun(chain, doubled, policies(arms), RL_ONLY)
     assert_changed(results_of(chain), results_of(tree), policies(arms))
-    change_back(chain, tree, arms, RL_ONLY, {arm: {"config"} for arm in arms})
+    change_back(chain, tree, arms, RL_ONLY, {arm: {"job"} for arm in arms})
 
 
 def test_bc_learning_rate_reruns_bc_and_the_warm_started_arm_only(chain, tree):
@@ -412,7 +413,7 @@ def test_bc_learning_rate_reruns_bc_and_the_warm_started_arm_only(chain, tree):
     rerun(chain, changed("bc.learning_rate", 5e-4), policies(arms), scratch_arm)
     clone_users = RERUN_ARMS["bc_learning_rate"]
     assert_changed(results_of(chain), results_of(tree), ["bc/policy.pt", *policies(clone_users)])
-    change_back(chain, tree, arms, scratch_arm, {arm: {"inputs.bc"} for arm in clone_users})
+    change_back(chain, tree, arms, scratch_arm, {arm: {"inputs.clone"} for arm in clone_users})
 
 
 def test_four_more_episodes_rerun_everything_downstream(chain, tree):
@@ -423,7 +424,10 @@ def test_four_more_episodes_rerun_everything_downstream(chain, tree):
     results, reference = results_of(chain), results_of(tree)
     assert comparable(results / "demos/demos.h5") != comparable(reference / "demos/demos.h5")
     assert_changed(results, reference, ["bc/policy.pt", *policies(arms)])
-    parts = {arm: {"inputs.demos"} | ({"inputs.bc"} if arm != "scratch" else set()) for arm in arms}
+    parts = {
+        arm: {"inputs.demos"} | ({"inputs.clone"} if get_arm(arm).needs_clone else set())
+        for arm in arms
+    }
     change_back(chain, tree, arms, EXPERT, parts)
 
 
@@ -432,7 +436,7 @@ def test_rl_code_edit_and_its_revert(chain, tree):
     results and reruns the RL runs alone, which discard the other code's state."""
     arms = RERUN_ARMS["rl_code_edit"]
     trainer = chain / "src" / "demo2rl" / "rl" / "trainer.py"
-    line = "seed = seeds.rl_seed(base_seed, run_seed)\n"
+    line = "seed = seeds.rl_seed(job.seed, job.run_seed)\n"
     original = edit(trainer, line, line.replace("\n", " + 1\n"))
     try:
         rerun(chain, UNTRACKED, policies(arms), RL_ONLY)

@@ -36,6 +36,7 @@ from demo2rl import (
     tasks,
     vec,
 )
+from demo2rl.stages import train_rl as train_rl_stage
 
 ENV_ID, ENV_KWARGS = "Racing-v0", {"max_steps": 200}
 POLICY_CFG = configs.policy()
@@ -112,10 +113,11 @@ def demos_and_clone(tmp_path_factory) -> tuple[Path, Path]:
 
 
 def key_of(init: str, rl_cfg: dict, run_seed: int = 1) -> dict:
-    """The run key of a run in these tests: everything its result depends on (as the stage's)."""
-    parts = {"policy": POLICY_CFG.to_dict(), "rl": rl_cfg, "eval_episodes": EVAL_EPISODES}
-    parts |= {"init": init, "run_seed": run_seed}
-    return rl.run_key({"config": parts, "inputs.demos": "demos-v1"})
+    """The run key of a run in these tests, as the stage derives it from the run's job spec
+    (stand-in digests for the dataset and the clone)."""
+    spec = job(("demos.h5", "bc.pt"), Path("state"), init, rl_cfg, run_seed=run_seed)
+    clone = "clone-v1" if spec.clone else None
+    return train_rl_stage.run_key(spec, "demos-v1", clone)
 
 
 def train(
@@ -533,7 +535,7 @@ def test_state_of_another_run_is_discarded(demos_and_clone, tmp_path, caplog):
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1, warnings
     assert "discarding the state in" in warnings[0]
-    assert "its run key differs in: config" in warnings[0]
+    assert "its run key differs in: job" in warnings[0]
     assert again.resumed == 0 and again.timesteps == 1024
     assert again.evaluations[0]["step"] == 0
     assert [p.name for p in (tmp_path / "state").glob("progress-*.csv")] == [

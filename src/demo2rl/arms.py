@@ -25,7 +25,6 @@ docs/arms.md (docs/architecture.md walks through it).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
 from typing import Any
 
 CONTROL = "scratch"
@@ -46,7 +45,10 @@ class Arm:
     :param needs_clone: whether a run starts from, or is guided by, the behaviour clone (then
         its job waits for BC and is given the clone's checkpoint).
     :param action_spaces: the gymnasium action space classes it supports, by name.
-    :param doc: one line saying what it does.
+
+    The label and the colour only say how results are shown: the code fingerprints leave them
+    out (:data:`demo2rl.provenance.PRESENTATION`), and the rules that draw or tabulate take them
+    as params, so editing one redraws and retabulates, and retrains nothing.
     """
 
     name: str
@@ -56,7 +58,6 @@ class Arm:
     section: str | None = None
     needs_clone: bool = True
     action_spaces: tuple[str, ...] = ("Box", "Discrete")
-    doc: str = ""
 
     def __post_init__(self) -> None:
         if not self.name.replace("_", "").isalnum() or not self.name.isascii():
@@ -102,11 +103,8 @@ def sections() -> dict[str, str]:
     return {arm.section: arm.name for arm in REGISTRY.values() if arm.section}
 
 
-def needing_clone(arms: Iterable[str]) -> list[str]:
-    """Those of ``arms`` whose runs need the behaviour clone."""
-    return [name for name in arms if get(name).needs_clone]
-
-
+# PPO starts from the clone's weights (raised log-std, optional critic warm-up and a fading
+# demonstration term)
 register(
     Arm(
         name="bc",
@@ -114,10 +112,10 @@ register(
         color="tab:blue",
         start="warm_start",
         section="warm_start",
-        doc="PPO starts from the clone's weights (raised log-std, optional critic warm-up and "
-        "fading demonstration term)",
     )
 )
+# PPO learns a correction added to the frozen clone's action mean (Box) or logits (Discrete);
+# it starts at (or, for Box, near) zero, so the arm starts at the clone
 register(
     Arm(
         name="residual",
@@ -125,10 +123,9 @@ register(
         color="tab:red",
         start="residual",
         section="residual",
-        doc="PPO learns a correction added to the frozen clone's action mean (Box) or logits "
-        "(Discrete); it starts near zero, so the arm starts at the clone",
     )
 )
+# a fresh policy, pulled towards the clone's actions on its own states by a term that fades out
 register(
     Arm(
         name="kickstart",
@@ -136,10 +133,9 @@ register(
         color="tab:purple",
         start="kickstart",
         section="kickstart",
-        doc="a fresh policy pulled towards the clone's actions on its own states by a term "
-        "that fades out",
     )
 )
+# a fresh policy, no demonstrations: the control
 register(
     Arm(
         name=CONTROL,
@@ -147,8 +143,7 @@ register(
         color="tab:green",
         start="scratch",
         needs_clone=False,
-        doc="a fresh policy, no demonstrations: the control",
     )
 )
 BUILTIN = names()
-"""The arms demo2rl ships (config/schema.yaml's ``rl.inits`` enum lists exactly these)."""
+"""The arms demo2rl ships."""

@@ -69,7 +69,8 @@ def comparisons(groups: Sequence[str]) -> list[tuple[str, str]]:
     against RL from scratch (the headline) and against the clone, and scratch against the clone."""
     control = arms.get(arms.CONTROL).group
     guided = [g for g in all_groups() if g.startswith("rl_") and g != control and g in groups]
-    pairs = [(a, control) for a in guided] + [(a, "bc") for a in guided] + [(control, "bc")]
+    clone = names.BC
+    pairs = [(a, control) for a in guided] + [(a, clone) for a in guided] + [(control, clone)]
     return [(x, y) for x, y in pairs if x in groups and y in groups]
 
 

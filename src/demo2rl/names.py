@@ -1,5 +1,6 @@
-"""The names of a workflow's runs and policies, built and parsed here and nowhere else.
+"""The names of a workflow's evaluated policies and RL runs, built and parsed here only.
 
+(The fixed files of the other stages, such as ``bc/policy.pt``, are spelled once, in their rules.)
 An RL run is an arm and a seed (:class:`RLRun`). It has one spelling per use:
 
 * its policy name ``rl-<arm>-seed<s>``: the evaluation record, the MLflow run, the summary;

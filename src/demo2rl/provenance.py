@@ -39,6 +39,10 @@ RESULT_NEUTRAL = frozenset(
     }
 )
 """Modules that cannot change a result (tracking, provenance records): not fingerprinted."""
+PRESENTATION = {"demo2rl.arms": frozenset({"label", "color"})}
+"""Keyword arguments, per module, that only say how a result is shown (an arm's label and colour):
+left out of every fingerprint, so that editing one reruns no training. The rules that show them
+take them as params instead (``ARM_LOOKS`` in rules/common.smk), which reruns exactly those."""
 
 
 def versions() -> dict[str, str]:
@@ -202,4 +206,8 @@ def _parse(path: Path, name: str, mtime_ns: int, size: int) -> _Parsed:
             and isinstance(body[0].value.value, str)
         ):
             node.body = body[1:] or [ast.Pass()]
+    shown_only = PRESENTATION.get(name, frozenset())
+    for node in ast.walk(tree):
+        if shown_only and isinstance(node, ast.Call):
+            node.keywords = [k for k in node.keywords if k.arg not in shown_only]
     return _Parsed(ast.dump(tree, include_attributes=False), dependencies)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from demo2rl import names
+from demo2rl import arms, names
 from demo2rl.config import PolicyConfig, RLConfig, TaskConfig
 from demo2rl.jobspec import path, speed
 
@@ -54,6 +54,15 @@ class RLJob:
     threads: int = speed()
     eval_envs: int = speed()
     checkpoint_every: int = speed()
+
+    def __post_init__(self) -> None:
+        arm = arms.get(self.arm)
+        if arm.needs_clone != (self.clone is not None):
+            given = "given" if self.clone is not None else "not given"
+            raise ValueError(
+                f"the {arm.name} arm's job: the clone is {given}, but the arm "
+                f"{'needs' if arm.needs_clone else 'does not use'} it"
+            )
 
     @property
     def run(self) -> names.RLRun:

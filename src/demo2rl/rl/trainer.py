@@ -1,4 +1,4 @@
-"""One RL training run around the recipe of :mod:`demo2rl.rl.arms`: inputs, resume, the
+"""One RL training run around the recipe of :mod:`demo2rl.rl.recipe`: inputs, resume, the
 evaluation and checkpoint schedule, SIGTERM, logging, and the final save.
 
 Runs are resumable: every ``checkpoint_every`` env steps (and on SIGTERM, e.g. a SLURM
@@ -82,9 +82,10 @@ def train_rl(
         clone = None
         if not arm.needs_clone:
             normalizer = policy.ObsNormalizer.of_stats(demos.stats, job.clip_obs, obs_space.shape)
-        elif job.clone is None:
-            raise ValueError(f"the {arm.name} arm needs a BC checkpoint")
-        else:  # the clone is the config's network (a warm start loads it into its own)
+        else:  # (RLJob checks that the arms that need it are given it)
+            assert job.clone is not None
+            # the clone must be the config's network: BC trains the same `policy` slice, a warm
+            # start loads it into its own, the residual copies its actor into its base
             clone, normalizer, ckpt = checkpoints.load_checkpoint(
                 job.clone, obs_space, act_space, job.policy
             )

@@ -22,7 +22,7 @@ def train_rl(job: rl.RLJob, run: Run) -> rl.RLResult:
         run.set_tags({"demo2rl.bc_checkpoint": str(Path(job.clone).resolve())})
     result = rl.train_rl(
         job,
-        key=run_key(job, digest),
+        key=run_key(job, digest, _file_digest(job.clone) if job.clone else None),
         log_metrics=lambda metrics, step: run.log_metrics(metrics, step=step),
     )
     assert job.policy_out and job.progress_out and job.evaluations_out
@@ -51,17 +51,18 @@ def train_rl(job: rl.RLJob, run: Run) -> rl.RLResult:
     return result
 
 
-def run_key(job: rl.RLJob, demos_digest: str) -> dict[str, Any]:
+def run_key(job: rl.RLJob, demos_digest: str, clone_digest: str | None) -> dict[str, Any]:
     """The run's resume key: every field of the job that can change its result
     (:func:`demo2rl.jobspec.result_fields`: all but paths and speed settings), the content of
-    its inputs (the dataset's content hash, the clone file's digest) and the code of this stage
-    and of the task's env. State left by a run of another config, other inputs or other code is
-    never resumed; a field added to :class:`demo2rl.rl.RLJob` is covered without a word here."""
+    its inputs (the dataset's content hash, the clone file's digest, None without a clone) and
+    the code of this stage and of the task's env. State left by a run of another config, other
+    inputs or other code is never resumed; a field added to :class:`demo2rl.rl.RLJob` is covered
+    without a word here."""
     return rl.run_key(
         {
             "job": jobspec.result_fields(job),
             "inputs.demos": demos_digest,
-            "inputs.clone": _file_digest(job.clone) if job.clone else None,
+            "inputs.clone": clone_digest,
             "code": provenance.code_fingerprint(
                 __name__, *tasks.entry_point_modules(job.task.env_id, expert_entry_point=None)
             ),
