@@ -47,7 +47,7 @@ RL_SEEDS = config["rl"]["seeds"]
 RL_RUNS = names.rl_runs(INITS, RL_SEEDS)
 RL_DIR = f"{RESULTS}/{names.RL_DIR}"
 """An RL run's directory, with the init and seed wildcards."""
-ARM_LOOKS = {name: [arms.get(name).label, arms.get(name).color] for name in INITS}
+ARM_LOOKS = {arm.name: [arm.label, arm.color] for arm in map(arms.get, INITS)}
 """How tables and figures show each arm: a param of the rules that show them (code fingerprints
 leave labels and colours out, so that editing one retrains nothing)."""
 ENV = {k: config["task"][k] for k in ("env_id", "env_kwargs")}

@@ -27,6 +27,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from demo2rl.names import rl_group
+
 CONTROL = "scratch"
 """The arm every demo-guided arm is compared with: RL without the demonstrations."""
 
@@ -66,7 +68,7 @@ class Arm:
     @property
     def group(self) -> str:
         """The policy group its runs are compared as (``rl_<name>``)."""
-        return f"rl_{self.name}"
+        return rl_group(self.name)
 
     def supports(self, action_space: Any) -> bool:
         """Whether a run of this arm can act in ``action_space`` (a gymnasium space)."""

@@ -20,23 +20,31 @@ REFERENCE_GROUPS = {names.EXPERT: ("expert", "black"), names.BC: ("behaviour clo
 """The groups that are not RL arms: their label and colour."""
 
 
+def arm_groups() -> tuple[str, ...]:
+    """The RL arms' groups, in registry order."""
+    return tuple(arm.group for arm in arms.REGISTRY.values())
+
+
 def all_groups() -> tuple[str, ...]:
     """Every policy group, in the order of every table and figure: expert, clone, the arms."""
-    return (*REFERENCE_GROUPS, *(arm.group for arm in arms.REGISTRY.values()))
+    return (*REFERENCE_GROUPS, *arm_groups())
 
 
 def label(group: str) -> str:
     """How tables and figures name a group."""
-    if group in REFERENCE_GROUPS:
-        return REFERENCE_GROUPS[group][0]
-    return arms.get(group.removeprefix("rl_")).label
+    return _looks(group)[0]
 
 
 def color(group: str) -> str:
     """A group's colour, the same in every figure."""
+    return _looks(group)[1]
+
+
+def _looks(group: str) -> tuple[str, str]:
     if group in REFERENCE_GROUPS:
-        return REFERENCE_GROUPS[group][1]
-    return arms.get(group.removeprefix("rl_")).color
+        return REFERENCE_GROUPS[group]
+    arm = arms.get(names.group_arm(group) or group)
+    return arm.label, arm.color
 
 
 def arm_rl_config(rl_cfg: Mapping[str, Any], arm: str) -> dict[str, Any]:
@@ -68,7 +76,7 @@ def comparisons(groups: Sequence[str]) -> list[tuple[str, str]]:
     """The pairs (X, Y) whose P(X > Y) is reported, among ``groups``: every demo-guided arm
     against RL from scratch (the headline) and against the clone, and scratch against the clone."""
     control = arms.get(arms.CONTROL).group
-    guided = [g for g in all_groups() if g.startswith("rl_") and g != control and g in groups]
+    guided = [g for g in arm_groups() if g != control and g in groups]
     clone = names.BC
     pairs = [(a, control) for a in guided] + [(a, clone) for a in guided] + [(control, clone)]
     return [(x, y) for x, y in pairs if x in groups and y in groups]
@@ -78,7 +86,7 @@ def best_rl_run(records: Sequence[Mapping[str, Any]]) -> str | None:
     """The RL run with the highest mean held-out return among evaluation ``records`` (the first
     of equal ones, in group order), or None without RL runs."""
     best, best_return = None, -math.inf
-    for group in (g for g in all_groups() if g.startswith("rl_")):
+    for group in arm_groups():
         for rec in (r for r in records if policy_group(r["policy"]) == group):
             returns = np.array([np.nan if r is None else r for r in rec["episodes"]["return"]])
             finite = returns[np.isfinite(returns)]

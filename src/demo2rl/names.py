@@ -27,6 +27,17 @@ RL_DIR = "rl/{init}/seed-{seed}"
 RL_LOG = "{init}-seed{seed}"
 """An RL run's log and benchmark file stem, as a pattern of the wildcards."""
 _RL_POLICY = re.compile(r"rl-(?P<init>[A-Za-z0-9_]+)-seed(?P<seed>\d+)")
+_RL_GROUP = "rl_"
+
+
+def rl_group(arm: str) -> str:
+    """The policy group the runs of an arm are compared in: ``rl_<arm>``."""
+    return f"{_RL_GROUP}{arm}"
+
+
+def group_arm(group: str) -> str | None:
+    """The arm of an RL policy group (``rl_<arm>`` -> ``<arm>``); None for another group."""
+    return group.removeprefix(_RL_GROUP) if group.startswith(_RL_GROUP) else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +55,7 @@ class RLRun:
     @property
     def group(self) -> str:
         """The policy group it is compared in: ``rl_<arm>``."""
-        return f"rl_{self.arm}"
+        return rl_group(self.arm)
 
     def dir(self, results: str) -> str:
         """Its directory under an experiment's results directory."""

@@ -194,11 +194,10 @@ def resolve_arms(
             raise ConfigError("rl.inits", f"no registered arm supports {action_space}")
         return tuple(chosen)
     for name in inits:
-        if name not in arms.REGISTRY:
-            raise ConfigError(
-                "rl.inits", f"unknown arm {name!r} (known: {', '.join(arms.names())})"
-            )
-        arm = arms.get(name)
+        try:
+            arm = arms.get(name)
+        except ValueError as err:  # names the known arms
+            raise ConfigError("rl.inits", str(err)) from None
         if not arm.supports(action_space):
             raise ConfigError(
                 "rl.inits",

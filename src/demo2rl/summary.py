@@ -41,7 +41,7 @@ from demo2rl.groups import (
     label,
     policy_group,
 )
-from demo2rl.names import RLRun
+from demo2rl.names import RLRun, group_arm
 
 __all__ = ["all_groups", "comparison_key", "label", "policy_group"]  # re-exported: what is compared
 METRICS = {
@@ -245,7 +245,7 @@ def summarize(
             "metrics": {m: _nanmean(v) for m, v in pooled.items()},
         }
     runs = [
-        {"policy": r["policy"], "group": g, "seed": _seed(r) if g.startswith("rl_") else None}
+        {"policy": r["policy"], "group": g, "seed": _seed(r) if group_arm(g) else None}
         | {f"{m}_mean": _nanmean(_column(r, m)) for m in names}
         | {"return_iqm": iqm(_column(r, "return")[None, :])}
         for g, recs in groups.items()
