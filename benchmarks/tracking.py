@@ -134,7 +134,7 @@ def run_jobs(config: dict[str, Any], demos: Path, root: Path) -> dict[str, dict[
     # the task without its expert and the rl slice without the seed list and checkpoint_every
     evaluate = EvaluateConfig.of(config["evaluate"])
     eval_episodes, eval_envs = evaluate.during_training, evaluate.n_envs
-    env = {k: config["task"][k] for k in ("env_id", "env_kwargs")}
+    env = {k: config["task"][k] for k in ("env_id", "env_kwargs", "frame_stack")}
     rl_cfg = groups.arm_rl_config(config["rl"], "bc")
 
     def train_bc(run: tracking.Run) -> None:

@@ -50,7 +50,7 @@ RL_DIR = f"{RESULTS}/{names.RL_DIR}"
 ARM_LOOKS = {arm.name: [arm.label, arm.color] for arm in map(arms.get, INITS)}
 """How tables and figures show each arm: a param of the rules that show them (code fingerprints
 leave labels and colours out, so that editing one retrains nothing)."""
-ENV = {k: config["task"][k] for k in ("env_id", "env_kwargs")}
+ENV = {k: config["task"][k] for k in ("env_id", "env_kwargs", "frame_stack")}
 """The task without its expert: what stages that only step the env read."""
 TASK_CODE = tasks.entry_point_modules(
     config["task"]["env_id"], config["task"]["expert"]["entry_point"]

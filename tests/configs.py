@@ -32,7 +32,7 @@ def rl(init: str, base: dict[str, Any] = TEST, **changes: Any) -> config.RLConfi
 def task(env_id: str, env_kwargs: dict[str, Any] | None = None, **expert: Any) -> config.TaskConfig:
     """A task; with ``expert`` (entry_point, kwargs) the expert too, else without (as the stages
     that only step the env get it)."""
-    spec = {"env_id": env_id, "env_kwargs": env_kwargs or {}}
+    spec = {"env_id": env_id, "env_kwargs": env_kwargs or {}, "frame_stack": 1}
     if expert:
-        spec["expert"] = {"kwargs": {}} | expert
+        spec["expert"] = {"kwargs": {}, "input": "observation"} | expert
     return config.TaskConfig.of(spec)

@@ -146,6 +146,7 @@ class ExpertConfig(Section):
     PATH = "task.expert"
     entry_point: str
     kwargs: dict[str, Any]
+    input: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,6 +157,7 @@ class TaskConfig(Section):
     PATH = "task"
     env_id: str
     env_kwargs: dict[str, Any]
+    frame_stack: int
     expert: ExpertConfig | None
 
 
@@ -167,6 +169,7 @@ class CollectConfig(Section):
     n_episodes: int
     n_shards: int
     n_envs: int
+    codec: str
     valid_fraction: float
 
 
@@ -183,6 +186,7 @@ class PolicyConfig(Section):
     activation: str
     log_std_init: float
     ortho_init: bool
+    cnn: str
 
     @classmethod
     def of(cls, mapping: Mapping[str, Any] | Self) -> Self:
@@ -206,6 +210,7 @@ class BCConfig(Section):
     l2_coef: float
     memory_fraction: float
     clip_obs: float
+    augment: int
 
 
 @dataclasses.dataclass(frozen=True)
