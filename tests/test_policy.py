@@ -36,23 +36,23 @@ def make_normalizer() -> P.ObsNormalizer:
 
 
 def test_sb3_policy_kwargs_maps_the_config():
-    kwargs = P.sb3_policy_kwargs(CFG)
+    kwargs = P.sb3_policy_kwargs(CFG, OBS)
     assert kwargs == {
         "net_arch": {"pi": [32, 32], "vf": [16]},
         "activation_fn": nn.ReLU,
         "log_std_init": -0.5,
         "ortho_init": True,
     }
-    assert P.sb3_policy_kwargs(configs.policy(net_arch=[8]))["net_arch"] == {"pi": [8], "vf": [8]}
+    assert P.sb3_policy_kwargs(configs.policy(net_arch=[8]), OBS)["net_arch"] == {"pi": [8], "vf": [8]}
     with pytest.raises(ConfigError, match="policy.activation.*'swish'"):
-        P.sb3_policy_kwargs(configs.policy(activation="swish"))
+        P.sb3_policy_kwargs(configs.policy(activation="swish"), OBS)
     with pytest.raises(ConfigError, match="policy.depth"):
         configs.policy(depth=3)
 
 
 def test_build_policy_is_what_ppo_builds_and_loads_strictly():
     env = DummyVecEnv([lambda: RescaleAction(gym.make("Pendulum-v1"), ONE * -1, ONE)])
-    model = PPO("MlpPolicy", env, policy_kwargs=P.sb3_policy_kwargs(CFG), device="cpu", seed=0)
+    model = PPO("MlpPolicy", env, policy_kwargs=P.sb3_policy_kwargs(CFG, OBS), device="cpu", seed=0)
     policy = make_policy()
     assert type(policy) is type(model.policy)
     assert policy.action_space == model.policy.action_space == gym.spaces.Box(-1, 1, (1,))

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from stable_baselines3.common.policies import ActorCriticPolicy
 
-from demo2rl.policy import ObsNormalizer, action_rescaling, needs_rescale, policy_action_space
+from demo2rl.policy import ObsTransform, action_rescaling, needs_rescale, policy_action_space
 from demo2rl.tasks import PolicyFn
 
 ACT_BLOCK = 64
@@ -24,14 +24,15 @@ ACT_BLOCK = 64
 
 def make_actor(
     policy: ActorCriticPolicy,
-    normalizer: ObsNormalizer,
+    normalizer: ObsTransform,
     action_space: gym.Space,
     deterministic: bool = True,
 ) -> PolicyFn:
     """A batched callable, raw observations ``(B, ...)`` in, env actions ``(B, ...)`` out.
 
-    Normalises, runs the policy (mean action when ``deterministic``), clips to the policy's
-    action bounds and maps rescaled actions back to the env's range; a ``rollout`` policy. The
+    Normalises (images: transposes, :class:`demo2rl.policy.ImageObs`), runs the policy (mean
+    action when ``deterministic``), clips to the policy's action bounds and maps rescaled
+    actions back to the env's range; a ``rollout`` policy. The
     policy always sees blocks of :data:`ACT_BLOCK` rows (padded), so an action does not depend on
     how many envs were stepped together: torch's CPU matmul rounds differently for different
     batch sizes, and the number of envs is a speed setting.

@@ -38,7 +38,7 @@ from stable_baselines3.common.policies import ActorCriticPolicy
 from demo2rl import bc_data, dataset
 from demo2rl.config import BCConfig, PolicyConfig
 from demo2rl.dataset import Demos, space_from_description
-from demo2rl.policy import ObsNormalizer, actor_parameters, build_policy, resolve_device
+from demo2rl.policy import ObsTransform, actor_parameters, build_policy, resolve_device
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ class BCResult:
     """The outcome of :func:`train_bc`: the best policy and how training went."""
 
     policy: ActorCriticPolicy
-    normalizer: ObsNormalizer
+    normalizer: ObsTransform
     history: list[dict[str, float]]
     best_epoch: int
     best_valid_nll: float
@@ -153,6 +153,7 @@ def _train(
     policy = policy.to(device)
     optimizer = torch.optim.Adam(actor_parameters(policy), lr=cfg.learning_rate)
     generator = torch.Generator().manual_seed(seed)
+    shifts = torch.Generator().manual_seed(seed + 1)  # augmentation's own draws
 
     train, valid, data_path = bc_data.loaders(
         data, normalizer, act_space, device, cfg.memory_fraction, workers=max(1, threads)
@@ -176,6 +177,8 @@ def _train(
     for epoch in range(1, cfg.max_epochs + 1):
         epoch_start = time.perf_counter()
         batches = train.batches(cfg.batch_size, generator)
+        if cfg.augment and data.images:
+            batches = ((random_shift(obs, cfg.augment, shifts), act) for obs, act in batches)
         train_nll, _ = train_epoch(
             policy, optimizer, batches, ent_coef=cfg.ent_coef, l2_coef=cfg.l2_coef
         )
@@ -268,6 +271,22 @@ def evaluate_nll(policy: ActorCriticPolicy, loader: bc_data.Loader) -> float:
             total += -policy.get_distribution(obs).log_prob(actions).double().sum()
     policy.train()
     return float(total) / loader.n
+
+
+def random_shift(obs: torch.Tensor, pad: int, generator: torch.Generator) -> torch.Tensor:
+    """DrQ's image augmentation (Kostrikov et al. 2020): each frame of a channels-first batch
+    padded by ``pad`` pixels (edges replicated) and cropped back at a random offset, i.e.
+    shifted by up to ``pad`` pixels each way. Shifts are drawn on the CPU from ``generator``
+    (results do not depend on the device); frames stay in their dtype (the network scales
+    them)."""
+    n, _, height, width = obs.shape
+    padded = torch.nn.functional.pad(obs.float(), (pad, pad, pad, pad), mode="replicate")
+    dy, dx = torch.randint(0, 2 * pad + 1, (2, n, 1), generator=generator).to(obs.device)
+    rows = (torch.arange(height, device=obs.device) + dy)[:, :, None]  # (n, H, 1)
+    cols = (torch.arange(width, device=obs.device) + dx)[:, None, :]  # (n, 1, W)
+    batch = torch.arange(n, device=obs.device)[:, None, None]
+    shifted = padded.permute(0, 2, 3, 1)[batch, rows, cols]  # (n, H, W, C)
+    return shifted.permute(0, 3, 1, 2).to(obs.dtype).contiguous()
 
 
 def _state_copy(policy: ActorCriticPolicy) -> dict[str, torch.Tensor]:

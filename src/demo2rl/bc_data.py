@@ -34,7 +34,14 @@ import torch
 
 from demo2rl import dataset
 from demo2rl.dataset import DatasetError, Demos
-from demo2rl.policy import OBS_EPSILON, ObsNormalizer, scale_actions
+from demo2rl.policy import (
+    OBS_EPSILON,
+    ObsNormalizer,
+    ObsTransform,
+    is_image,
+    obs_transform,
+    scale_actions,
+)
 
 log = logging.getLogger("demo2rl.bc")  # BC's log lines, under one name as before the split
 
@@ -44,7 +51,7 @@ STREAM_BUFFER_BYTES = 32 << 20
 
 def loaders(
     data: SplitDataset,
-    normalizer: ObsNormalizer,
+    normalizer: ObsTransform,
     act_space: gym.Space,
     device: torch.device,
     memory_fraction: float,
@@ -98,9 +105,13 @@ class SplitDataset:
     def actions(self) -> Any:
         return self.demos.steps["actions"]
 
-    def normalizer(self, clip_obs: float) -> ObsNormalizer:
-        """Normalisation fitted on the training split (from the dataset's stats when present)."""
+    def normalizer(self, clip_obs: float) -> ObsTransform:
+        """Normalisation fitted on the training split (from the dataset's stats when present);
+        for images the transform that leaves them uint8 (:class:`demo2rl.policy.ImageObs`)."""
         shape = self.observations.shape[1:]
+        space = dataset.space_from_description(self.demos.attrs["observation_space"])
+        if is_image(space):
+            return obs_transform(space, None, clip_obs)
         stats = self.demos.stats or {}
         if "obs_mean" in stats and stats["obs_mean"].size == math.prod(shape):
             return ObsNormalizer.of_stats(stats, clip_obs, shape)
@@ -116,19 +127,54 @@ class SplitDataset:
         return ObsNormalizer(mean, m2 / count, clip_obs, OBS_EPSILON)
 
     def bytes_needed(self) -> int:
-        """RAM the in-memory path needs: float32 tensors, a shuffled copy, the raw columns."""
-        row = 4 * (math.prod(self.observations.shape[1:]) + math.prod(self.actions.shape[1:]))
-        raw = 0 if isinstance(self.observations, np.ndarray) else len(self.train_mask) * row
+        """RAM the in-memory path needs: the tensors (float32 observations, or uint8 frames as
+        they are stored) and their shuffled copy; for vectors also the raw columns read whole."""
+        obs_bytes = 1 if self.images else 4
+        row = obs_bytes * math.prod(self.observations.shape[1:])
+        row += 4 * math.prod(self.actions.shape[1:])
+        raw = 0
+        if not self.images and not isinstance(self.observations, np.ndarray):
+            raw = len(self.train_mask) * row
         return int(self.train_mask.sum()) * row * 2 + int(self.valid_mask.sum()) * row + raw
 
+    @property
+    def images(self) -> bool:
+        """Whether the observations are images (kept uint8 all the way to the network)."""
+        return is_image(dataset.space_from_description(self.demos.attrs["observation_space"]))
+
     def load(
-        self, mask: np.ndarray, normalizer: ObsNormalizer, act_space: gym.Space
+        self, mask: np.ndarray, normalizer: ObsTransform, act_space: gym.Space
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The masked rows as (normalised observation, policy action) tensors."""
-        if self._columns is None:  # one read of each whole column (a no-op for numpy)
-            self._columns = (self.observations[()], self.actions[()])
-        obs, actions = self._columns
-        return _to_tensors(obs[mask], actions[mask], normalizer, act_space)
+        """The masked rows as (normalised observation, policy action) tensors. Vectors are
+        read whole (small, fastest); frames block by block into one preallocated uint8 tensor,
+        so loading holds no copy of the frames beside it."""
+        if not self.images:
+            if self._columns is None:  # one read of each whole column (a no-op for numpy)
+                self._columns = (self.observations[()], self.actions[()])
+            obs, actions = self._columns
+            return _to_tensors(obs[mask], actions[mask], normalizer, act_space)
+        n, out, done = int(mask.sum()), None, 0
+        act_parts = []
+        for a, b in _blocks(len(mask), _block_rows(self.observations)):
+            keep = mask[a:b]
+            if not keep.any():
+                continue
+            obs_t, act_t = _to_tensors(
+                self.observations[a:b][keep], self.actions[a:b][keep], normalizer, act_space
+            )
+            if out is None:
+                out = torch.empty((n, *obs_t.shape[1:]), dtype=obs_t.dtype)
+            out[done : done + len(obs_t)] = obs_t
+            act_parts.append(act_t)
+            done += len(obs_t)
+        if out is None:  # an empty split (no validation episodes)
+            return _to_tensors(
+                np.asarray(self.observations[0:0]),
+                np.asarray(self.actions[0:0]),
+                normalizer,
+                act_space,
+            )
+        return out, torch.cat(act_parts)
 
 
 @contextlib.contextmanager
@@ -188,7 +234,7 @@ def _decode(value: Any) -> Any:
 
 
 def _to_tensors(
-    obs: np.ndarray, actions: np.ndarray, normalizer: ObsNormalizer, act_space: gym.Space
+    obs: np.ndarray, actions: np.ndarray, normalizer: ObsTransform, act_space: gym.Space
 ) -> tuple[torch.Tensor, torch.Tensor]:
     obs_t = torch.from_numpy(normalizer(obs))
     if isinstance(act_space, gym.spaces.Box):
@@ -242,7 +288,7 @@ class StreamLoader:
         self,
         data: SplitDataset,
         mask: np.ndarray,
-        normalizer: ObsNormalizer,
+        normalizer: ObsTransform,
         act_space: gym.Space,
         device: torch.device,
         workers: int,
@@ -253,7 +299,8 @@ class StreamLoader:
         blocks = _blocks(len(mask), _block_rows(data.observations))
         self.blocks = [(a, b) for a, b in blocks if mask[a:b].any()]
         self.counts = [int(mask[a:b].sum()) for a, b in self.blocks]
-        row = 4 * (math.prod(data.observations.shape[1:]) + math.prod(data.actions.shape[1:]))
+        row = (1 if data.images else 4) * math.prod(data.observations.shape[1:])
+        row += 4 * math.prod(data.actions.shape[1:])
         block_bytes = max(1, max((b - a for a, b in self.blocks), default=1) * row)
         self.blocks_per_buffer = max(1, STREAM_BUFFER_BYTES // block_bytes)
 

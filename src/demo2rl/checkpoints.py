@@ -26,7 +26,7 @@ from demo2rl import provenance
 from demo2rl.config import ConfigError, PolicyConfig
 from demo2rl.dataset import describe_space, space_mismatch
 from demo2rl.io import atomic_path
-from demo2rl.policy import ObsNormalizer, ResidualPolicy, build_policy
+from demo2rl.policy import ObsTransform, ResidualPolicy, build_policy, obs_transform_from_dict
 
 CHECKPOINT_FORMAT = "demo2rl-policy"
 CHECKPOINT_VERSION = 1
@@ -54,7 +54,7 @@ class CheckpointError(ValueError):
 def save_checkpoint(
     path: str | os.PathLike[str],
     policy: ActorCriticPolicy,
-    normalizer: ObsNormalizer,
+    normalizer: ObsTransform,
     *,
     policy_cfg: PolicyConfig,
     observation_space: gym.Space,
@@ -89,7 +89,7 @@ def load_checkpoint(
     observation_space: gym.Space,
     action_space: gym.Space,
     policy_cfg: PolicyConfig | None = None,
-) -> tuple[ActorCriticPolicy, ObsNormalizer, dict[str, Any]]:
+) -> tuple[ActorCriticPolicy, ObsTransform, dict[str, Any]]:
     """Build the policy, load the checkpoint strictly; returns (policy, normalizer, checkpoint).
 
     With ``policy_cfg`` the checkpoint must match that network config (a stage about to train it
@@ -131,7 +131,7 @@ def load_checkpoint(
         policy.load_state_dict(ckpt["state_dict"], strict=True)
     except RuntimeError as err:
         raise CheckpointError(path, f"weights do not fit the policy: {err}") from err
-    normalizer = ObsNormalizer.from_dict(ckpt["normalizer"])
+    normalizer = obs_transform_from_dict(ckpt["normalizer"])
     return policy, normalizer, ckpt
 
 

@@ -36,9 +36,13 @@ def collect_shard(
     base_seed: int,
     episodes: range,
     n_envs: int,
+    frame_stack: int = 1,
+    expert_input: str = rollout.OBSERVATION,
     progress_every_s: float = 10.0,
 ) -> dataset.Demos:
-    """Collect the demonstration episodes ``episodes`` (global indices) as a shard dataset."""
+    """Collect the demonstration episodes ``episodes`` (global indices) as a shard dataset:
+    the observations ``frame_stack`` stacked, the expert reading ``expert_input`` (the
+    observations, or privileged ``info.<key>``: :func:`demo2rl.rollout.run_episodes`)."""
     expert = tasks.load_expert(expert_entry_point, expert_kwargs)
     episode_seeds = [seeds.demo_seed(base_seed, e) for e in episodes]
     start = last = time.perf_counter()
@@ -60,16 +64,18 @@ def collect_shard(
         n_envs=n_envs,
         on_progress=progress,
         episode_ids=episodes,  # errors name episodes by their global index
+        frame_stack=frame_stack,
+        policy_input=expert_input,
     )
     table["index"] = np.asarray(episodes, dtype=np.int64)
-    probe = tasks.make_env(env_id, env_kwargs)
+    probe = tasks.make_env(env_id, env_kwargs, frame_stack=frame_stack)
     attrs = dataset.episode_attrs(
         env_id=env_id,
         env_kwargs=dict(env_kwargs),
         env_spec=_spec_json(probe),
         observation_space=probe.observation_space,
         action_space=probe.action_space,
-        expert={"entry_point": expert_entry_point, "kwargs": dict(expert_kwargs)},
+        expert=_expert_record(expert_entry_point, expert_kwargs, expert_input),
         base_seed=base_seed,
         first_episode=episodes.start,
         n_episodes=len(episodes),
@@ -77,8 +83,16 @@ def collect_shard(
         code_revision=provenance.code_revision(),
     )
     probe.close()
+    attrs["frame_stack"] = frame_stack  # (the stacked observation space is in the content hash)
     attrs["collect_seconds"] = time.perf_counter() - start
     return dataset.Demos(steps, table, info, attrs)
+
+
+def _expert_record(entry_point: str, kwargs: Mapping[str, Any], expert_input: str) -> dict:
+    """The dataset's ``expert`` attribute: the callable, its kwargs and (unless it reads the
+    observations, as before privileged experts existed) what it reads."""
+    record = {"entry_point": entry_point, "kwargs": dict(kwargs)}
+    return record if expert_input == rollout.OBSERVATION else record | {"input": expert_input}
 
 
 def dataset_metrics(demos: dataset.Demos) -> dict[str, float]:

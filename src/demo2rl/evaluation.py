@@ -68,11 +68,21 @@ def evaluate(
     episode_seeds: Sequence[int],
     *,
     n_envs: int,
+    frame_stack: int = 1,
+    policy_input: str = rollout.OBSERVATION,
 ) -> Evaluation:
     """Run one episode per held-out seed, for a check during training: the per-episode metrics
-    and the info values at the end, without what costs extra (step means, actions)."""
+    and the info values at the end, without what costs extra (step means, actions).
+    ``frame_stack`` and ``policy_input`` as in :func:`demo2rl.rollout.run_episodes`."""
     _, episodes, info = rollout.run_episodes(
-        env_id, env_kwargs, policy, list(episode_seeds), n_envs=n_envs
+        env_id,
+        env_kwargs,
+        policy,
+        list(episode_seeds),
+        n_envs=n_envs,
+        frame_stack=frame_stack,
+        policy_input=policy_input,
+        keep_observations=False,
     )
     return _evaluation(episodes, info)
 
@@ -84,12 +94,22 @@ def final_evaluation(
     episode_seeds: Sequence[int],
     *,
     n_envs: int,
+    frame_stack: int = 1,
+    policy_input: str = rollout.OBSERVATION,
 ) -> Evaluation:
     """Run one episode per held-out seed, for the evaluate stage's record: :func:`evaluate`'s
     metrics plus the info values' step means (and the metrics made of them, e.g. ``avg_speed``)
     and the first episode's actions."""
     steps, episodes, info = rollout.run_episodes(
-        env_id, env_kwargs, policy, list(episode_seeds), n_envs=n_envs, step_means=True
+        env_id,
+        env_kwargs,
+        policy,
+        list(episode_seeds),
+        n_envs=n_envs,
+        step_means=True,
+        frame_stack=frame_stack,
+        policy_input=policy_input,
+        keep_observations=False,
     )
     start, length = int(episodes["start"][0]), int(episodes["length"][0])
     return _evaluation(episodes, info, np.asarray(steps["actions"][start : start + length]))

@@ -36,11 +36,18 @@ import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium.wrappers.utils import rescale_box
-from stable_baselines3.common.policies import ActorCriticPolicy
+from stable_baselines3.common.policies import ActorCriticPolicy, BaseModel
+from stable_baselines3.common.preprocessing import is_image_space, is_image_space_channels_first
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor, NatureCNN
 from stable_baselines3.common.utils import ConstantSchedule
+from stable_baselines3.common.vec_env import VecTransposeImage
 from torch import nn
 
 from demo2rl.config import ConfigError, PolicyConfig
+
+ObsTransform = Any
+"""An observation transform: :class:`ObsNormalizer` (vectors) or :class:`ImageObs` (images);
+both are called on a batch of raw observations and have ``to_dict``."""
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {
     "tanh": nn.Tanh,
@@ -56,19 +63,118 @@ ACTIVATIONS: dict[str, type[nn.Module]] = {
 # configuration
 
 
-def sb3_policy_kwargs(policy_cfg: PolicyConfig) -> dict[str, Any]:
-    """SB3 ``policy_kwargs`` for ``PPO("MlpPolicy", ...)`` from the ``policy`` config."""
+def sb3_policy_kwargs(policy_cfg: PolicyConfig, observation_space: gym.Space) -> dict[str, Any]:
+    """SB3 ``policy_kwargs`` for ``PPO("MlpPolicy", ...)`` from the ``policy`` config: for an
+    image observation space (:func:`is_image`) the image encoder ``policy.cnn`` as the features
+    extractor (what ``"CnnPolicy"`` is: the same ``ActorCriticPolicy`` with ``NatureCNN``)."""
     if policy_cfg.activation not in ACTIVATIONS:
         raise ConfigError(
             "policy.activation",
             f"unknown activation {policy_cfg.activation!r} (choose from {sorted(ACTIVATIONS)})",
         )
-    return {
+    kwargs: dict[str, Any] = {
         "net_arch": {"pi": list(policy_cfg.net_arch["pi"]), "vf": list(policy_cfg.net_arch["vf"])},
         "activation_fn": ACTIVATIONS[policy_cfg.activation],
         "log_std_init": policy_cfg.log_std_init,
         "ortho_init": policy_cfg.ortho_init,
     }
+    if is_image(observation_space):
+        if policy_cfg.cnn not in ENCODERS:
+            raise ConfigError(
+                "policy.cnn", f"unknown image encoder {policy_cfg.cnn!r} (choose from {ENCODERS})"
+            )
+        kwargs["features_extractor_class"] = ENCODERS[policy_cfg.cnn]
+    return kwargs
+
+
+# --------------------------------------------------------------------------------------------
+# image observations
+
+
+def is_image(space: gym.Space) -> bool:
+    """Whether the network reads ``space`` as images: stable-baselines3's own test (a 3-D uint8
+    Box with bounds exactly 0 and 255, channels on the smallest axis), so that BC, PPO and
+    evaluation agree with what SB3 does to the env (``VecTransposeImage``, scaling by 1/255)."""
+    return is_image_space(space, check_channels=False)
+
+
+def policy_observation_space(space: gym.Space) -> gym.Space:
+    """The observation space the network reads: a channels-last image transposed to
+    channels-first (as SB3's ``VecTransposeImage`` does before PPO), any other as it is."""
+    if is_image(space) and not is_image_space_channels_first(space):
+        assert isinstance(space, gym.spaces.Box)
+        return VecTransposeImage.transpose_space(space)
+    return space
+
+
+class SmallCNN(BaseFeaturesExtractor):
+    """A small image encoder for small frames (NatureCNN needs 36 pixels a side or more): two
+    3x3 stride-2 convolutions (16 and 32 channels, ReLU), then a 128-wide ReLU layer. Inputs are
+    channels-first images scaled to [0, 1] (SB3's ``preprocess_obs`` does that before it)."""
+
+    def __init__(self, observation_space: gym.spaces.Box, features_dim: int = 128) -> None:
+        super().__init__(observation_space, features_dim)
+        channels, height, width = observation_space.shape
+        self.cnn = nn.Sequential(
+            nn.Conv2d(channels, 16, kernel_size=3, stride=2),
+            nn.ReLU(),
+            nn.Conv2d(16, 32, kernel_size=3, stride=2),
+            nn.ReLU(),
+            nn.Flatten(),
+        )
+        out = 32 * _conv_out(_conv_out(height)) * _conv_out(_conv_out(width))
+        self.linear = nn.Sequential(nn.Linear(out, features_dim), nn.ReLU())
+
+    def forward(self, observations: torch.Tensor) -> torch.Tensor:
+        return self.linear(self.cnn(observations))
+
+
+def _conv_out(size: int, kernel: int = 3, stride: int = 2) -> int:
+    return (size - kernel) // stride + 1
+
+
+ENCODERS: dict[str, type[BaseFeaturesExtractor]] = {"nature": NatureCNN, "small": SmallCNN}
+"""``policy.cnn``: the image encoders by name."""
+MIN_FRAME = {"nature": 36, "small": 7}
+"""The smallest frame side each encoder takes (its convolutions need that many pixels)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageObs:
+    """What BC, PPO and evaluation do to image observations before the network: nothing but
+    SB3's own ``VecTransposeImage`` (channels-last frames to channels-first). Frames stay uint8;
+    the network scales them to [0, 1] on the device it runs on (SB3's ``preprocess_obs``). They
+    never pass through the running observation normalisation (:class:`ObsNormalizer`): the image
+    counterpart of it, with the same interface."""
+
+    channels_last: bool
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        obs = np.asarray(obs)
+        return np.ascontiguousarray(np.moveaxis(obs, -1, -3)) if self.channels_last else obs
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "image", "channels_last": self.channels_last}
+
+
+def obs_transform(
+    space: gym.Space, stats: Mapping[str, np.ndarray] | None, clip_obs: float
+) -> ObsTransform:
+    """The observation transform of a task: :class:`ImageObs` for images, else the frozen
+    normalisation with a dataset's training-split statistics (:meth:`ObsNormalizer.of_stats`)."""
+    if is_image(space):
+        assert isinstance(space, gym.spaces.Box)
+        return ImageObs(channels_last=not is_image_space_channels_first(space))
+    if stats is None or "obs_mean" not in stats:
+        raise ValueError("vector observations need the dataset's observation statistics")
+    return ObsNormalizer.of_stats(stats, clip_obs, space.shape)
+
+
+def obs_transform_from_dict(d: Mapping[str, Any]) -> ObsTransform:
+    """Inverse of the transforms' ``to_dict`` (a checkpoint's record)."""
+    if d.get("kind") == "image":
+        return ImageObs(bool(d["channels_last"]))
+    return ObsNormalizer.from_dict(d)
 
 
 # --------------------------------------------------------------------------------------------
@@ -129,18 +235,19 @@ def build_policy(
     ``residual_base`` (a :attr:`ResidualPolicy.base_spec`) the :class:`ResidualPolicy` PPO's
     residual arm trains.
 
-    ``action_space`` is the env's; the network acts in :func:`policy_action_space`. Weights are
+    The spaces are the env's: the network reads :func:`policy_observation_space` and acts in
+    :func:`policy_action_space`. Weights are
     initialised from torch's global generator (seed it, or use ``torch.random.fork_rng``), with
     one thread so that they do not depend on the thread count.
     """
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the orthogonal init's QR rounds differently with more threads
-    kwargs = sb3_policy_kwargs(policy_cfg) | {"optimizer_class": NoOptimizer}
+    kwargs = sb3_policy_kwargs(policy_cfg, observation_space) | {"optimizer_class": NoOptimizer}
     if residual_base is not None:
         kwargs["base_spec"] = residual_base
     try:
         return (ActorCriticPolicy if residual_base is None else ResidualPolicy)(
-            observation_space,
+            policy_observation_space(observation_space),
             policy_action_space(action_space),
             ConstantSchedule(0.0),
             use_sde=False,
@@ -175,6 +282,12 @@ class ResidualPolicy(ActorCriticPolicy):
     zero, because even a 0.01-gain correction flips the greedy action on states near the base's
     decision boundary (its hidden layers get gradient from the first update on). PPO's ratios
     and the entropy are those of the combined distribution.
+
+    On images the base keeps its own frozen copy of the clone's CNN encoder, and the correction
+    and the critic read a fresh encoder of their own that PPO trains (SB3's shared extractor):
+    the correction can then learn to see what the clone's features miss (a frozen encoder
+    trained only to imitate need not encode what the reward needs), and the base stays exactly
+    the clone. The price is a second encoder pass per step.
     """
 
     def __init__(self, *args: Any, base_spec: Mapping[str, Any], **kwargs: Any) -> None:
@@ -195,21 +308,26 @@ class ResidualPolicy(ActorCriticPolicy):
         assert isinstance(self.action_net, nn.Linear)
         layers.append(nn.Linear(width, self.action_net.out_features))  # means or logits
         self.base = nn.Sequential(*layers).requires_grad_(False)
+        # the base's own copy of the clone's encoder (a CNN for images; for vectors a flatten,
+        # with no weights), frozen like the base: see the class docstring
+        self.base_encoder = self.make_features_extractor().requires_grad_(False)
         if isinstance(self.action_space, gym.spaces.Discrete):
             with torch.no_grad():
                 self.action_net.weight.zero_()
                 self.action_net.bias.zero_()
 
     def set_base(self, policy: ActorCriticPolicy) -> None:
-        """Copy ``policy``'s actor (hidden layers and action layer) into the frozen base."""
+        """Copy ``policy``'s actor (encoder, hidden layers, action layer) into the frozen base."""
         hidden = policy.mlp_extractor.policy_net.state_dict()
         head = {f"{len(self.base) - 1}.{k}": v for k, v in policy.action_net.state_dict().items()}
         self.base.load_state_dict(hidden | head, strict=True)
+        self.base_encoder.load_state_dict(policy.pi_features_extractor.state_dict(), strict=True)
 
     def _distribution_and_values(self, obs: torch.Tensor) -> tuple[Any, torch.Tensor]:
         features = self.extract_features(obs)
         latent_pi, latent_vf = self.mlp_extractor(features)
-        out = self.base(features) + self.action_net(latent_pi)
+        base_features = BaseModel.extract_features(self, obs, self.base_encoder)
+        out = self.base(base_features) + self.action_net(latent_pi)
         if isinstance(self.action_space, gym.spaces.Discrete):
             dist = self.action_dist.proba_distribution(action_logits=out)
         else:

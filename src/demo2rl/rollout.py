@@ -14,6 +14,9 @@ from gymnasium.vector import AutoresetMode
 
 from demo2rl import dataset, tasks
 
+OBSERVATION = "observation"
+"""The policy input that is the observation itself (``task.expert.input``'s default)."""
+
 
 class RolloutError(RuntimeError):
     """The task or policy produced something that cannot be recorded."""
@@ -29,6 +32,9 @@ def run_episodes(
     on_progress: Callable[[int, int], None] | None = None,
     step_means: bool = False,
     episode_ids: Sequence[int] | None = None,
+    frame_stack: int = 1,
+    policy_input: str = OBSERVATION,
+    keep_observations: bool = True,
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Run ``policy`` for one episode per seed; returns (steps, episodes, info) arrays.
 
@@ -41,10 +47,17 @@ def run_episodes(
     A non-finite observation or reward raises :class:`RolloutError` naming the env, the episode
     (its number in ``episode_ids``, by default its position in ``episode_seeds``, and its seed)
     and the step (1 for the first ``step`` call of the episode; 0 for the reset observation).
+
+    ``frame_stack`` observations are stacked as one (:func:`demo2rl.tasks.stack_frames`).
+    ``policy_input`` is what the policy reads: the observations, or ``"info.<key>"``, the vector
+    env's ``info[key]`` after each reset and step (a privileged expert's state; the recorded
+    observations are still the env's). Without ``keep_observations`` the steps hold no
+    observations (an evaluation, which needs none, then holds no frames).
     """
     n = len(episode_seeds)
     batch = min(n_envs, n)
-    env = tasks.make_vector_env(env_id, env_kwargs, batch, AutoresetMode.DISABLED)
+    env = tasks.make_vector_env(env_id, env_kwargs, batch, AutoresetMode.DISABLED, frame_stack)
+    read = _reader(policy_input, env_id)
     space = env.single_action_space
     slot_episode = np.arange(batch)  # episode (position in episode_seeds) in each slot; -1: idle
     slot_step = np.zeros(batch, np.int64)  # steps taken in each slot's episode
@@ -55,7 +68,8 @@ def run_episodes(
         slots = slot_episode >= 0 if slots is None else slots
         _check_finite(values, what, env_id, slots, slot_episode, slot_step, ids, episode_seeds)
 
-    obs, _ = env.reset(seed=[int(s) for s in episode_seeds[:batch]])
+    obs, info = env.reset(seed=[int(s) for s in episode_seeds[:batch]])
+    inputs = read(obs, info)
     rows: dict[str, list[np.ndarray]] = {k: [] for k in (*dataset.STEP_KEYS, "episode")}
     final_obs = np.zeros((n, *env.single_observation_space.shape), obs.dtype)
     info_end: dict[str, np.ndarray] = {}
@@ -64,7 +78,7 @@ def run_episodes(
     done_count = 0
     while done_count < n:
         check_finite(obs, "observation")
-        actions = tasks.checked_actions(policy, obs, space)
+        actions = tasks.checked_actions(policy, inputs, space)
         next_obs, rewards, terminated, truncated, info = env.step(actions)
         slot_step += 1
         check_finite(rewards, "reward")
@@ -73,12 +87,13 @@ def run_episodes(
             (obs, actions, rewards, terminated, truncated, slot_episode),
             strict=True,
         ):
-            rows[key].append(np.array(value, copy=True))
+            if key != "observations" or keep_observations:
+                rows[key].append(np.array(value, copy=True))
         if step_means:
             _accumulate_info(step_sums, step_counts, info, slot_episode, n)
         ended = terminated | truncated  # idle slots end episodes too: they must be reset
         if not ended.any():
-            obs = next_obs
+            obs, inputs = next_obs, read(next_obs, info)
             continue
         done = ended & (slot_episode >= 0)
         finished = slot_episode[done]
@@ -100,8 +115,11 @@ def run_episodes(
                 slot_episode[slot] = -1
         reset_mask = ended
         slot_step[reset_mask] = 0
-        obs, _ = env.reset(seed=reset_seeds, options={"reset_mask": reset_mask})
+        step_inputs = read(next_obs, info)
+        obs, info = env.reset(seed=reset_seeds, options={"reset_mask": reset_mask})
         obs = np.where(reset_mask.reshape(-1, *[1] * (obs.ndim - 1)), obs, next_obs)
+        inputs = read(obs, info)
+        inputs = np.where(reset_mask.reshape(-1, *[1] * (inputs.ndim - 1)), inputs, step_inputs)
     env.close()
     for key, total in step_sums.items():
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -110,7 +128,7 @@ def run_episodes(
     episode_of_row = np.concatenate(rows.pop("episode"))
     keep = np.flatnonzero(episode_of_row >= 0)
     order = keep[np.argsort(episode_of_row[keep], kind="stable")]
-    steps = {k: np.concatenate(v)[order] for k, v in rows.items()}
+    steps = {k: np.concatenate(v)[order] for k, v in rows.items() if v}
     steps["terminated"] = steps["terminated"].astype(bool)
     steps["truncated"] = steps["truncated"].astype(bool)
     steps["rewards"] = steps["rewards"].astype(np.float64)
@@ -130,6 +148,27 @@ def run_episodes(
         "final_observation": final_obs,
     }
     return steps, episodes, info_end
+
+
+def _reader(
+    policy_input: str, env_id: str
+) -> Callable[[np.ndarray, Mapping[str, Any]], np.ndarray]:
+    """What the policy reads from a batch's (observations, info): see :func:`run_episodes`."""
+    if policy_input == OBSERVATION:
+        return lambda obs, info: obs
+    source, _, key = policy_input.partition(".")
+    if source != "info" or not key:
+        raise ValueError(f"policy input {policy_input!r} is neither 'observation' nor 'info.<key>'")
+
+    def read(obs: np.ndarray, info: Mapping[str, Any]) -> np.ndarray:
+        if key not in info:
+            raise RolloutError(
+                f"{env_id} reported no info[{key!r}] for the expert to read (task.expert.input "
+                f"{policy_input!r}); its info has: {', '.join(sorted(info)) or 'nothing'}"
+            )
+        return np.asarray(info[key])
+
+    return read
 
 
 def _check_finite(

@@ -43,16 +43,66 @@ def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
         raise TaskError(f"unknown gymnasium env id {env_id!r}: {err}") from err
 
 
-def make_env(env_id: str, env_kwargs: Mapping[str, Any], **extra: Any) -> gym.Env:
-    """One environment of the task (``extra`` e.g. ``render_mode``)."""
-    return gym.make(env_id, **dict(env_kwargs), **extra)
+def make_env(
+    env_id: str, env_kwargs: Mapping[str, Any], *, frame_stack: int = 1, **extra: Any
+) -> gym.Env:
+    """One environment of the task, ``frame_stack`` observations stacked as one
+    (:func:`stack_frames`); ``extra`` e.g. ``render_mode``."""
+    return stack_frames(gym.make(env_id, **dict(env_kwargs), **extra), frame_stack)
 
 
-def spaces(env_id: str, env_kwargs: Mapping[str, Any]) -> tuple[gym.Space, gym.Space]:
+def spaces(
+    env_id: str, env_kwargs: Mapping[str, Any], frame_stack: int = 1
+) -> tuple[gym.Space, gym.Space]:
     """The task's (observation_space, action_space), read off one env."""
-    env = make_env(env_id, env_kwargs)
+    env = make_env(env_id, env_kwargs, frame_stack=frame_stack)
     env.close()
     return env.observation_space, env.action_space
+
+
+def image_layout(space: gym.Space) -> str | None:
+    """``"HWC"`` or ``"CHW"`` for an image space, else None. An image is what stable-baselines3
+    takes for one (``preprocessing.is_image_space``): a 3-D uint8 Box with bounds exactly 0 and
+    255, its channels on the smallest axis (first or last; the middle one SB3 cannot tell, and
+    neither can this). Kept free of torch so that collection need not import it; a test checks
+    that it agrees with SB3's."""
+    if not isinstance(space, gym.spaces.Box) or len(space.shape) != 3 or space.dtype != np.uint8:
+        return None
+    if np.any(space.low != 0) or np.any(space.high != 255):
+        return None
+    smallest = int(np.argmin(space.shape))
+    return "CHW" if smallest == 0 else "HWC" if smallest == 2 else None
+
+
+def stack_frames(env: gym.Env, n: int) -> gym.Env:
+    """The last ``n`` observations as one: gymnasium's ``FrameStackObservation`` (the first
+    observation of an episode repeated until there are ``n``), with the stack merged into the
+    observation's own layout so that the network reads it as it reads one: images stack along
+    their channels (``(H, W, n*C)`` or ``(n*C, H, W)``, oldest first), vectors are concatenated
+    (``(n*D,)``). ``n == 1`` returns ``env`` itself."""
+    if n == 1:
+        return env
+    space = env.observation_space
+    if not isinstance(space, gym.spaces.Box):
+        raise TaskError(f"task.frame_stack: cannot stack observations of {space}")
+    stacked = gym.wrappers.FrameStackObservation(env, n)
+    layout = image_layout(space)
+    merge = functools.partial(_merge_stack, layout=layout)
+    low, high = merge(stacked.observation_space.low), merge(stacked.observation_space.high)
+    return gym.wrappers.TransformObservation(
+        stacked, merge, gym.spaces.Box(low, high, low.shape, space.dtype)
+    )
+
+
+def _merge_stack(obs: np.ndarray, layout: str | None) -> np.ndarray:
+    """``(n, *shape)`` stacked observations as one observation (see :func:`stack_frames`)."""
+    obs = np.asarray(obs)
+    n = obs.shape[0]
+    if layout == "HWC":  # (n, H, W, C) -> (H, W, n*C)
+        return np.ascontiguousarray(np.moveaxis(obs, 0, 2)).reshape(*obs.shape[1:3], -1)
+    if layout == "CHW":  # (n, C, H, W) -> (n*C, H, W)
+        return obs.reshape(n * obs.shape[1], *obs.shape[2:])
+    return obs.reshape(-1)
 
 
 def make_vector_env(
@@ -60,14 +110,21 @@ def make_vector_env(
     env_kwargs: Mapping[str, Any],
     num_envs: int,
     autoreset_mode: AutoresetMode = AutoresetMode.NEXT_STEP,
+    frame_stack: int = 1,
 ) -> gym.vector.VectorEnv:
     """A batch of ``num_envs`` environments in this process.
 
     Uses the task's own batched implementation (its ``vector_entry_point``) when it registers
     one that takes an ``autoreset_mode``, as ``Racing-v0`` does, and gymnasium's
     ``SyncVectorEnv`` of single envs otherwise (e.g. gymnasium's own ``CartPoleVectorEnv``,
-    which only resets on the next step).
+    which only resets on the next step), and always when frames are stacked (each single env
+    stacks its own: :func:`stack_frames`).
     """
+    if frame_stack > 1:
+        return gym.vector.SyncVectorEnv(
+            [functools.partial(make_env, env_id, env_kwargs, frame_stack=frame_stack)] * num_envs,
+            autoreset_mode=autoreset_mode,
+        )
     if has_vector_env(env_id):
         return gym.make_vec(
             env_id,

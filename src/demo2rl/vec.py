@@ -30,22 +30,24 @@ def make_vec_env(
     *,
     n_workers: int = 1,
     wrap: Callable[[gym.Env], gym.Env] | None = None,
+    frame_stack: int = 1,
 ) -> VecEnv:
     """``n_envs`` envs of the task as an SB3 VecEnv of the given kind (see the module doc; ``auto``
     is resolved by :func:`demo2rl.vec_kinds.resolve_vec_env`).
 
-    ``wrap`` is applied to each single env (dummy, subproc); a native VecEnv gets none, so a task
-    whose envs need wrapping (e.g. action rescaling) must use dummy or subproc.
+    ``wrap`` is applied to each single env (dummy, subproc) after stacking ``frame_stack``
+    observations (:func:`demo2rl.tasks.stack_frames`); a native VecEnv gets neither, so a task
+    whose envs need wrapping (e.g. action rescaling) or stacking must use dummy or subproc.
     """
-    kind = vec_kinds.resolve_vec_env(kind, env_id)
+    kind = vec_kinds.resolve_vec_env(kind, env_id, frame_stack)
     if kind == "native":
         native = vec_kinds.native_vec_env(env_id)
         if native is None:
             raise ValueError(f"rl.vec_env 'native': {env_id!r} has no native VecEnv; use auto")
-        if wrap is not None:
+        if wrap is not None or frame_stack > 1:
             raise ValueError(f"rl.vec_env 'native': {env_id!r} needs wrapped envs; use dummy")
         return tasks.resolve_entry_point(native)(n_envs, **dict(env_kwargs))
-    fns = [_EnvFactory(env_id, dict(env_kwargs), wrap) for _ in range(n_envs)]
+    fns = [_EnvFactory(env_id, dict(env_kwargs), wrap, frame_stack) for _ in range(n_envs)]
     if kind == "dummy":
         return DummyVecEnv(fns)
     return WorkerPoolVecEnv(fns, n_workers)  # subproc (resolve_vec_env refused any other kind)
@@ -54,11 +56,14 @@ def make_vec_env(
 class _EnvFactory:
     """A picklable env constructor (for worker processes)."""
 
-    def __init__(self, env_id: str, env_kwargs: dict[str, Any], wrap: Callable | None) -> None:
+    def __init__(
+        self, env_id: str, env_kwargs: dict[str, Any], wrap: Callable | None, frame_stack: int
+    ) -> None:
         self.env_id, self.env_kwargs, self.wrap = env_id, env_kwargs, wrap
+        self.frame_stack = frame_stack
 
     def __call__(self) -> gym.Env:
-        env = tasks.make_env(self.env_id, self.env_kwargs)
+        env = tasks.make_env(self.env_id, self.env_kwargs, frame_stack=self.frame_stack)
         return self.wrap(env) if self.wrap else env
 
 

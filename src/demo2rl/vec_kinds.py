@@ -34,11 +34,12 @@ def native_vec_env(env_id: str) -> str | None:
     return NATIVE_VEC_ENVS.get(env_id.rpartition(":")[2])
 
 
-def resolve_vec_env(kind: str, env_id: str) -> str:
+def resolve_vec_env(kind: str, env_id: str, frame_stack: int = 1) -> str:
     """``rl.vec_env`` as it runs: ``auto`` is ``native`` when the task has its own VecEnv
-    (:func:`native_vec_env`) and ``dummy`` (SB3's DummyVecEnv) otherwise."""
+    (:func:`native_vec_env`) and stacks no frames, and ``dummy`` (SB3's DummyVecEnv) otherwise."""
     if kind not in VEC_ENVS:
         raise tasks.TaskError(f"rl.vec_env must be one of {', '.join(VEC_ENVS)}, got {kind!r}")
     if kind == "auto":
-        return "native" if native_vec_env(env_id) is not None else "dummy"
+        native = frame_stack == 1 and native_vec_env(env_id) is not None
+        return "native" if native else "dummy"
     return kind

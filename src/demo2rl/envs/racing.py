@@ -21,6 +21,12 @@ Observation (float32, ``3 + 3K`` values, K = ``N_LOOKAHEAD``)::
 The lookahead points lie on the centreline at arc distances ``j * LOOKAHEAD_SPACING``
 (j = 0..K-1) ahead of the car's projection; the lookahead range is ``(K - 1) * LOOKAHEAD_SPACING``.
 
+Camera mode (env kwarg ``camera=N`` > 0, default 0): the observation is instead an ``N x N x 1``
+uint8 top-down chase view of the car with a speed bar (``camera_view`` metres across; layout and
+cost in envs/camera.py), and every info (reset and step, every adapter) also carries the state
+vector above as ``"state"``: float32 ``(OBS_DIM,)`` per car, ``(N, OBS_DIM)`` in the vector
+envs (privileged state for experts that drive from it). With ``camera=0`` there is no "state".
+
 Seeding: ``reset(seed=s)`` builds the track from seed ``s`` (the car always starts at arc length 0
 on the centreline, aligned, at rest) and reseeds that car's generator with ``s``. Unseeded resets
 (including autoresets) draw the next track seed from that generator in ``[2**30, 2**31)``, a range
@@ -39,6 +45,7 @@ from gymnasium import spaces
 from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode, VectorEnv
 
+from demo2rl.envs.camera import Camera, camera_space, check_camera
 from demo2rl.envs.tracks import HALF_WIDTH, MIN_RADIUS_FACTOR, N_POINTS, TRACK_RADIUS, Track
 from demo2rl.envs.tracks import make_track as _make_track
 
@@ -70,13 +77,18 @@ class RacingParams:
     progress_scale: float = 0.1  # reward per metre of centreline progress
     off_track_penalty: float = 0.5  # reward subtracted per step with |offset| > half_width
     off_track_limit: float = 3.0  # m beyond the edge at which the episode terminates
+    camera: int = 0  # 0: state-vector observation; N > 0: N x N x 1 uint8 chase-view image
+    camera_view: float = 48.0  # m, side of the square the camera image covers (camera > 0)
+
+    def __post_init__(self) -> None:
+        check_camera(self.camera, self.camera_view)
 
 
 DEFAULTS = RacingParams()
 
 
 def observation_space(params: RacingParams) -> spaces.Box:
-    """Finite Box containing every observation the core can return (it clips to these bounds)."""
+    """Finite Box of the state vector (the observation when camera=0; the core clips to it)."""
     k = N_LOOKAHEAD
     reach = params.half_width + params.off_track_limit + params.max_speed * DT + 1.0
     off = reach / params.half_width
@@ -125,9 +137,17 @@ class RacingCore:
         n, m = int(num_cars), N_POINTS
         self.n, self.m, self.params = n, m, params
         self._drag = params.max_accel / params.max_speed**2
-        self.obs_space = observation_space(params)
-        self._obs_low = self.obs_space.low.astype(np.float64)
-        self._obs_high = self.obs_space.high.astype(np.float64)
+        self.state_space = observation_space(params)
+        self._obs_low = self.state_space.low.astype(np.float64)
+        self._obs_high = self.state_space.high.astype(np.float64)
+        # camera mode: per-car track bitmaps, and images as observations
+        self.camera: Camera | None = None
+        self.obs_space = self.state_space
+        if params.camera:
+            self.camera = Camera(
+                n, params.camera, params.camera_view, params.track_radius, params.half_width
+            )
+            self.obs_space = camera_space(params.camera)
         self._ahead = np.arange(N_LOOKAHEAD, dtype=np.float64) * LOOKAHEAD_SPACING
         self._base = np.arange(n, dtype=np.int64) * m  # offset of car i's track in the flat arrays
         self._rows = np.arange(n)
@@ -187,6 +207,8 @@ class RacingCore:
                 *(kappa, np.roll(kappa, -1) - kappa, head, _wrap(np.roll(head, -1) - head)),
             ]
         )
+        if self.camera is not None:
+            self.camera.load(i, track)
 
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Advance every car by DT; returns (reward float64, terminated bool, truncated bool)."""
@@ -253,7 +275,27 @@ class RacingCore:
         self.s = (self.seg + self.t) * self.ds
 
     def observe(self) -> np.ndarray:
-        """Observations of all cars, float32 (N, OBS_DIM), clipped to the observation space."""
+        """Observations of all cars: the state vectors, or with a camera its uint8 images."""
+        if self.camera is None:
+            return self.observe_state()
+        return self.camera_frames(self._rows)
+
+    def camera_frames(self, cars: np.ndarray) -> np.ndarray:
+        """Camera images (len(cars), N, N, 1) uint8 of cars ``cars`` (camera mode only)."""
+        if self.camera is None:
+            raise RuntimeError("camera_frames() needs the camera kwarg > 0")
+        cars = np.asarray(cars, dtype=np.int64)
+        return self.camera.frames(
+            cars,
+            self.x[cars],
+            self.y[cars],
+            self.cos_yaw[cars],
+            self.sin_yaw[cars],
+            self.speed[cars] / self.params.max_speed,
+        )
+
+    def observe_state(self) -> np.ndarray:
+        """State vectors of all cars, float32 (N, OBS_DIM), clipped to ``state_space``."""
         k = N_LOOKAHEAD
         pos = (self.s[:, None] + self._ahead[None, :]) / self.ds[:, None]
         i0 = np.floor(pos)
@@ -276,8 +318,8 @@ class RacingCore:
         return out.astype(np.float32)
 
     def info_arrays(self) -> dict[str, np.ndarray]:
-        """Per-car info values as arrays of shape (N,)."""
-        return {
+        """Per-car info values as arrays of shape (N,); with a camera also "state" (N, OBS_DIM)."""
+        arrays = {
             "speed": self.speed.copy(),
             "progress": self.progress.copy(),
             "laps": self.laps.copy(),
@@ -285,9 +327,13 @@ class RacingCore:
             "off_track": np.abs(self.lateral) > self.params.half_width,
             "track_seed": self.track_seed.copy(),
         }
+        if self.camera is not None:
+            arrays["state"] = self.observe_state()
+        return arrays
 
     def info(self, i: int) -> dict[str, Any]:
-        """Info dict of car ``i`` with Python scalars; ``lap_time`` only once a lap is done."""
+        """Info dict of car ``i`` with Python scalars; ``lap_time`` only once a lap is done;
+        with a camera also "state", the car's state vector (float32 (OBS_DIM,))."""
         info = {
             "speed": float(self.speed[i]),
             "progress": float(self.progress[i]),
@@ -297,18 +343,25 @@ class RacingCore:
         }
         if not np.isnan(self.lap_time[i]):  # NaN would break equality checks (check_env)
             info["lap_time"] = float(self.lap_time[i])
+        if self.camera is not None:
+            info["state"] = self.observe_state()[i]
         return info
 
     def render(self, i: int, size: int = 400) -> np.ndarray:
-        """rgb_array frame of car ``i``."""
+        """rgb_array frame of car ``i``: (size, size, 3) overview; with a camera (size, 2 size, 3),
+        the overview and, right of it, the camera image the policy sees (scaled up)."""
         track = self.tracks[i]
         if track is None:
             raise RuntimeError("reset() before render()")
         # deferred: drawing cannot change a result, so the renderer stays out of the code
         # fingerprint of the rules that step this env (see demo2rl.provenance.code_modules)
-        from demo2rl.envs.render import render_rgb
+        from demo2rl.envs.render import render_camera, render_rgb
 
-        return render_rgb(track, self.x[i], self.y[i], self.yaw[i], size=size)
+        img = render_rgb(track, self.x[i], self.y[i], self.yaw[i], size=size)
+        if self.camera is None:
+            return img
+        frame = self.camera_frames(np.array([i]))[0]
+        return np.concatenate([img, render_camera(frame, self.params.camera_view, size)], axis=1)
 
 
 class RacingEnv(gym.Env):
@@ -350,12 +403,13 @@ def _vector_infos(arrays: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, 
     """gymnasium vector-style infos: values where ``mask`` and ``_key`` masks.
 
     Entries outside the mask are 0, except ``lap_time``: NaN and unmasked until a lap is done.
+    Values may have trailing dimensions (the camera mode's "state", (N, OBS_DIM)).
     """
     infos: dict[str, Any] = {}
     for key, val in arrays.items():
         present = mask & ~np.isnan(val) if key == "lap_time" else mask
         fill = np.array(np.nan if key == "lap_time" else 0, dtype=val.dtype)
-        infos[key] = np.where(present, val, fill)
+        infos[key] = np.where(present.reshape(-1, *(1,) * (val.ndim - 1)), val, fill)
         infos[f"_{key}"] = present
     return infos
 

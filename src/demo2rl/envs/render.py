@@ -1,10 +1,12 @@
-"""Top-down rgb_array rendering of a track and a car with PIL (no display needed)."""
+"""Top-down rgb_array rendering of a track and a car, and of camera observations, with PIL (no
+display needed)."""
 
 from __future__ import annotations
 
 import numpy as np
 from PIL import Image, ImageDraw
 
+from demo2rl.envs.camera import CAR_HEIGHT
 from demo2rl.envs.tracks import Track
 
 GRASS = (60, 140, 60)
@@ -42,4 +44,18 @@ def render_rgb(track: Track, x: float, y: float, yaw: float, size: int = 400) ->
     body = np.array([[1.0, 0.0], [-0.6, 0.5], [-0.6, -0.5]]) * [CAR_LENGTH, CAR_WIDTH] * 1.5
     world = np.stack([x + c * body[:, 0] - s * body[:, 1], y + s * body[:, 0] + c * body[:, 1]], 1)
     draw.polygon(to_px(world), fill=CAR, outline=(0, 0, 0))
+    return np.asarray(img, dtype=np.uint8)
+
+
+def render_camera(frame: np.ndarray, view: float, size: int = 400) -> np.ndarray:
+    """A camera observation (N, N, 1) uint8 scaled up (nearest) to an rgb image (size, size, 3),
+    with the car outlined where it sits (``view``: metres the image covers)."""
+    n = frame.shape[0]
+    img = Image.fromarray(np.ascontiguousarray(frame[..., 0])).resize((size, size), Image.NEAREST)
+    img = img.convert("RGB")
+    scale = size / view  # pixels per metre
+    cx, cy = size / 2.0, (1.0 - CAR_HEIGHT) * size
+    body = np.array([[1.0, 0.0], [-0.6, 0.5], [-0.6, -0.5]]) * [CAR_LENGTH, CAR_WIDTH]
+    corners = [(cx - b[1] * scale, cy - b[0] * scale) for b in body.tolist()]  # forward = up
+    ImageDraw.Draw(img).polygon(corners, outline=CAR, width=max(1, size // (4 * n)))
     return np.asarray(img, dtype=np.uint8)

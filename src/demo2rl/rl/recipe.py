@@ -27,26 +27,36 @@ from demo2rl import arms, dataset, guidance, policy, vec
 from demo2rl.config import PolicyConfig, RLConfig, TaskConfig
 
 # --------------------------------------------------------------------------------------------
-# 1. the env: rl.n_envs copies, actions in [-1, 1], observations normalised with frozen stats
+# 1. the env: rl.n_envs copies, actions in [-1, 1], vector observations normalised (frozen)
 
 
 def make_training_env(
     task: TaskConfig,
     rl_cfg: RLConfig,
-    normalizer: policy.ObsNormalizer,
+    normalizer: policy.ObsTransform,
     action_space: gym.Space,
     n_workers: int,
-) -> VecNormalize:
+) -> VecEnv:
     """The RL vector env: ``rl.n_envs`` envs of ``rl.vec_env`` kind (native, dummy or
-    subproc with ``n_workers`` processes), bounded Box actions rescaled to [-1, 1], and the
-    frozen observation normalisation every arm shares (SB3's ``VecNormalize`` with
-    ``training=False``, holding the dataset's training-split statistics, as the clone saw them).
-    ``action_space`` is the task's (:func:`demo2rl.tasks.spaces`, resolved once per job).
+    subproc with ``n_workers`` processes), ``task.frame_stack`` frames stacked, bounded Box
+    actions rescaled to [-1, 1], and the frozen observation normalisation every arm shares
+    (SB3's ``VecNormalize`` with ``training=False``, holding the dataset's training-split
+    statistics, as the clone saw them). Images (a :class:`demo2rl.policy.ImageObs` transform)
+    are not normalised: PPO itself transposes them (``VecTransposeImage``) and the network
+    scales them to [0, 1]. ``action_space`` is the task's (resolved once per job).
     """
     wrap = _rescale_wrapper if policy.needs_rescale(action_space) else None
     venv: VecEnv = vec.make_vec_env(
-        task.env_id, task.env_kwargs, rl_cfg.n_envs, rl_cfg.vec_env, n_workers=n_workers, wrap=wrap
+        task.env_id,
+        task.env_kwargs,
+        rl_cfg.n_envs,
+        rl_cfg.vec_env,
+        n_workers=n_workers,
+        wrap=wrap,
+        frame_stack=task.frame_stack,
     )
+    if isinstance(normalizer, policy.ImageObs):
+        return venv
     normed = VecNormalize(
         venv,
         training=False,
@@ -103,7 +113,8 @@ class Start:
         return GuidedPPO(
             policy_class,
             self.env,
-            policy_kwargs=policy.sb3_policy_kwargs(self.policy_cfg) | policy_kwargs,
+            policy_kwargs=policy.sb3_policy_kwargs(self.policy_cfg, self.env.observation_space)
+            | policy_kwargs,
             seed=self.seed,
             device=self.device,
             verbose=0,
@@ -175,7 +186,7 @@ def kickstart(start: Start) -> GuidedPPO:
 
 def demo_tensors(
     demos: dataset.Demos,
-    normalizer: policy.ObsNormalizer,
+    normalizer: policy.ObsTransform,
     action_space: gym.Space,
     device: torch.device,
 ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -40,7 +40,7 @@ class RLResult:
     """What a finished run produced."""
 
     model: recipe.GuidedPPO
-    normalizer: policy.ObsNormalizer
+    normalizer: policy.ObsTransform
     evaluations: list[dict[str, float]]
     timesteps: int
     resumed: int
@@ -77,11 +77,11 @@ def train_rl(
     with state.lock_state_dir(state_dir):  # held until the run ends: no two trainers share it
         resume = state.claim_state_dir(state_dir, key)
         demos = dataset.read(job.demos)
-        obs_space, act_space = tasks.spaces(task.env_id, task.env_kwargs)  # once per job
+        obs_space, act_space = tasks.spaces(task.env_id, task.env_kwargs, task.frame_stack)
         dataset.check_dataset(demos, obs_space, act_space, task.env_id)
         clone = None
         if not arm.needs_clone:
-            normalizer = policy.ObsNormalizer.of_stats(demos.stats, job.clip_obs, obs_space.shape)
+            normalizer = policy.obs_transform(obs_space, demos.stats, job.clip_obs)
         else:  # (RLJob checks that the arms that need it are given it)
             assert job.clone is not None
             # the clone must be the config's network: BC trains the same `policy` slice, a warm
@@ -123,7 +123,12 @@ def train_rl(
         def evaluate() -> dict[str, float]:
             actor = acting.make_actor(model.policy, normalizer, act_space)
             result = evaluation.evaluate(
-                task.env_id, task.env_kwargs, actor, eval_seeds, n_envs=job.eval_envs
+                task.env_id,
+                task.env_kwargs,
+                actor,
+                eval_seeds,
+                n_envs=job.eval_envs,
+                frame_stack=task.frame_stack,
             )
             return result.info_means()
 

@@ -11,7 +11,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from demo2rl import acting, checkpoints, dataset, evaluation, groups, io, names, provenance, tasks
+from demo2rl import (
+    acting,
+    checkpoints,
+    dataset,
+    evaluation,
+    groups,
+    io,
+    names,
+    provenance,
+    rollout,
+    tasks,
+)
 from demo2rl.config import TaskConfig
 
 if TYPE_CHECKING:
@@ -40,14 +51,16 @@ def evaluate_policy(
     checkpoint must record the content hash of ``demos_path`` (the experiment's dataset) as the
     one it was trained on. ``n_envs`` (envs stepped together) changes speed, never results.
     """
-    torch.set_num_threads(1)  # small MLPs, batch of a few envs: one thread is fastest
+    torch.set_num_threads(1)  # one thread: fastest for small MLPs, and results stay exact
     group = groups.policy_group(name)
     env_id, env_kwargs = task.env_id, task.env_kwargs
-    obs_space, act_space = tasks.spaces(env_id, env_kwargs)
+    obs_space, act_space = tasks.spaces(env_id, env_kwargs, task.frame_stack)
     source: dict[str, Any]
+    reads = rollout.OBSERVATION
     if name == names.EXPERT:
         assert task.expert is not None, "the expert's evaluation needs the task's expert"
         actor = tasks.load_expert(task.expert.entry_point, task.expert.kwargs)
+        reads = task.expert.input
         source = {"expert": task.expert.to_dict()}
     else:
         if checkpoint is None or demos_path is None:
@@ -64,7 +77,15 @@ def evaluate_policy(
         }
     track_seeds = evaluation.heldout_seeds(seed, episodes)
     start = time.perf_counter()
-    result = evaluation.final_evaluation(env_id, env_kwargs, actor, track_seeds, n_envs=n_envs)
+    result = evaluation.final_evaluation(
+        env_id,
+        env_kwargs,
+        actor,
+        track_seeds,
+        n_envs=n_envs,
+        frame_stack=task.frame_stack,
+        policy_input=reads,
+    )
     seconds = time.perf_counter() - start
     means = result.means()
     record = {

@@ -59,7 +59,7 @@ def train_bc(job: BCJob, run: Run) -> dict[str, Any]:
     """
     task, policy_cfg, bc_cfg, seed = job.task, job.policy, job.bc, job.seed
     demos_path, policy_out = job.demos, job.policy_out
-    obs_space, act_space = tasks.spaces(task.env_id, task.env_kwargs)
+    obs_space, act_space = tasks.spaces(task.env_id, task.env_kwargs, task.frame_stack)
     digest = dataset.verify(demos_path)  # a truncated or altered dataset stops the run here
     run.log_dataset(demos_path, digest, context="training")
     result = bc.train_bc(
@@ -91,11 +91,10 @@ def train_bc(job: BCJob, run: Run) -> dict[str, Any]:
     assert task.expert is not None, "the comparison needs the task's expert"
     expert = tasks.load_expert(task.expert.entry_point, task.expert.kwargs)
     heldout = evaluation.heldout_seeds(seed, job.eval_episodes)
-    bc_eval = evaluation.evaluate(
-        task.env_id, task.env_kwargs, actor, heldout, n_envs=job.eval_envs
-    ).means()
+    env = {"n_envs": job.eval_envs, "frame_stack": task.frame_stack}
+    bc_eval = evaluation.evaluate(task.env_id, task.env_kwargs, actor, heldout, **env).means()
     expert_eval = evaluation.evaluate(
-        task.env_id, task.env_kwargs, expert, heldout, n_envs=job.eval_envs
+        task.env_id, task.env_kwargs, expert, heldout, policy_input=task.expert.input, **env
     ).means()
     metrics = {
         "best_epoch": result.best_epoch,
