@@ -1,12 +1,22 @@
 """Racing-v0 camera mode: image observations, their batch independence, the privileged state."""
 
+import gymnasium as gym
 import numpy as np
 import pytest
+from gymnasium.utils.env_checker import check_env
 from gymnasium.vector import AutoresetMode
+from stable_baselines3.common.env_checker import check_env as sb3_check_env
 from stable_baselines3.common.preprocessing import is_image_space
 
+import demo2rl.envs  # noqa: F401  (registers Racing-v0)
 from demo2rl.envs import camera
-from demo2rl.envs.racing import OBS_DIM, RacingEnv, RacingVectorEnv
+from demo2rl.envs.racing import (
+    LOOKAHEAD_RANGE,
+    N_LOOKAHEAD,
+    OBS_DIM,
+    RacingEnv,
+    RacingVectorEnv,
+)
 from demo2rl.envs.sb3 import RacingVecEnv
 from demo2rl.experts.racing import pure_pursuit
 
@@ -66,14 +76,14 @@ def test_state_info_is_the_camera_free_observation(mode):
     n, kw = 3, {"max_steps": 40}
     cam = RacingVectorEnv(n, autoreset_mode=mode, camera=32, **kw)
     ref = RacingVectorEnv(n, autoreset_mode=mode, **kw)
-    obs_c, info_c = cam.reset(seed=5)
+    _, info_c = cam.reset(seed=5)
     obs_r, info_r = ref.reset(seed=5)
     assert "state" not in info_r and "_state" not in info_r
     assert np.array_equal(info_c["state"], obs_r) and info_c["_state"].all()
     finals = 0
     for t in range(100):
         a = noisy_expert(obs_r, t, [0, 1, 2])
-        obs_c, _, _, _, info_c = cam.step(a)
+        _, _, _, _, info_c = cam.step(a)
         obs_r, _, _, _, info_r = ref.step(a)
         assert info_c["state"].dtype == np.float32 and np.array_equal(info_c["state"], obs_r)
         if "final_info" in info_c:
@@ -109,11 +119,11 @@ def test_track_geometry_and_orientation():
     obs, info = env.reset(seed=4)
     m = view / size
     on, off = 0, 0
-    for t in range(300):
+    k = N_LOOKAHEAD
+    for _ in range(300):
         state = info["state"]
-        k = 12
-        ahead = state[3 : 3 + k].astype(np.float64) * 44.0
-        left = state[3 + k : 3 + 2 * k].astype(np.float64) * 44.0
+        ahead = state[3 : 3 + k].astype(np.float64) * LOOKAHEAD_RANGE
+        left = state[3 + k : 3 + 2 * k].astype(np.float64) * LOOKAHEAD_RANGE
         for fx, ly in zip(ahead, left, strict=True):
             r = int(np.floor((1 - camera.CAR_HEIGHT) * size - fx / m))
             c = int(np.floor(size / 2 - ly / m))
@@ -196,12 +206,6 @@ def test_three_adapters_give_identical_frames():
 
 
 def test_check_env_and_render():
-    import gymnasium as gym
-    from gymnasium.utils.env_checker import check_env
-
-    import demo2rl.envs  # noqa: F401  (registers Racing-v0)
-    from stable_baselines3.common.env_checker import check_env as sb3_check_env
-
     check_env(gym.make("Racing-v0", render_mode="rgb_array", camera=48).unwrapped)
     sb3_check_env(RacingEnv(camera=48), warn=True)
     env = RacingEnv(render_mode="rgb_array", camera=32)

@@ -28,10 +28,9 @@ class RacingVecEnv(VecEnv):
 
     There are no sub-env objects: ``get_attr`` returns per-car values for the info keys
     (speed, progress, laps, lap_time, off_track, track_seed; and state with a camera) and
-    otherwise the shared attribute
-    of this env for every index; ``set_attr`` sets a shared attribute (all indices only);
-    ``env_method("render")`` renders each indexed car, other methods are called once on this env
-    and their result repeated per index.
+    otherwise the shared attribute of this env for every index; ``set_attr`` sets a shared
+    attribute (all indices only); ``env_method("render")`` renders each indexed car, other
+    methods are called once on this env and their result repeated per index.
     """
 
     def __init__(self, num_envs: int = 1, *, render_mode: str | None = None, **kwargs: Any):
