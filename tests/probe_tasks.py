@@ -32,8 +32,50 @@ class MultiDiscreteEnv(_Tiny):
     action_space = gym.spaces.MultiDiscrete([3, 3])
 
 
+def _frames(shape, dtype=np.uint8, high=255):
+    """A camera-like observation space: frames of ``shape`` in [0, high]."""
+    return gym.spaces.Box(0, high, shape, dtype)
+
+
+class FloatImageEnv(_Tiny):
+    observation_space = _frames((32, 32, 3), np.float32, 1.0)  # scaled how? it does not say
+
+
+class StackedFramesEnv(_Tiny):
+    observation_space = _frames((4, 32, 32, 3))  # frames stacked by the env itself
+
+
+class ImageBoundsEnv(_Tiny):
+    observation_space = _frames((32, 32, 3), high=1)  # uint8, but 0/1 bounds
+
+
+class MiddleChannelEnv(_Tiny):
+    observation_space = _frames((32, 3, 32))  # channels neither first nor last
+
+
+class ImageAndVectorEnv(_Tiny):
+    observation_space = gym.spaces.Dict(
+        {"pixels": _frames((32, 32, 3)), "speed": gym.spaces.Box(0.0, 1.0, (1,))}
+    )
+
+
+class SmallFramesEnv(_Tiny):
+    """Good 16x16 grayscale frames: too small for NatureCNN, fine for the small encoder."""
+
+    observation_space = _frames((16, 16, 1))
+
+
 gym.register(id="DictObs-v0", entry_point=DictObsEnv)
 gym.register(id="MultiDiscrete-v0", entry_point=MultiDiscreteEnv)
+for _name, _env in [
+    ("FloatImage", FloatImageEnv),
+    ("StackedFrames", StackedFramesEnv),
+    ("ImageBounds", ImageBoundsEnv),
+    ("MiddleChannel", MiddleChannelEnv),
+    ("ImageAndVector", ImageAndVectorEnv),
+    ("SmallFrames", SmallFramesEnv),
+]:
+    gym.register(id=f"{_name}-v0", entry_point=_env)
 
 
 def one_action(obs: np.ndarray) -> np.ndarray:

@@ -43,7 +43,8 @@ def test_sb3_policy_kwargs_maps_the_config():
         "log_std_init": -0.5,
         "ortho_init": True,
     }
-    assert P.sb3_policy_kwargs(configs.policy(net_arch=[8]), OBS)["net_arch"] == {"pi": [8], "vf": [8]}
+    one_list = P.sb3_policy_kwargs(configs.policy(net_arch=[8]), OBS)
+    assert one_list["net_arch"] == {"pi": [8], "vf": [8]}
     with pytest.raises(ConfigError, match="policy.activation.*'swish'"):
         P.sb3_policy_kwargs(configs.policy(activation="swish"), OBS)
     with pytest.raises(ConfigError, match="policy.depth"):

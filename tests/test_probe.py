@@ -12,12 +12,13 @@ import pytest
 import yaml
 from conftest import REPO, TEST_CONFIG, snakemake
 
+from demo2rl import config as config_lib
 from demo2rl import probe, tasks, vec_kinds
 from demo2rl.config import ConfigError
 
 TESTS = Path(__file__).parent
 sys.path.insert(0, str(TESTS))  # probe_tasks, a user's own (bad) task module
-BASE = yaml.safe_load(TEST_CONFIG.read_text())
+BASE = config_lib.load(TEST_CONFIG)  # with the schema's defaults, as the workflow gets it
 BASE["rl"] |= {"inits": ["bc", "residual", "kickstart", "scratch"], "vec_env": "auto"}
 
 
@@ -31,7 +32,14 @@ def config_with(**task) -> dict:
     if "env_kwargs" in task:
         config["task"]["env_kwargs"] = task["env_kwargs"]
     if "expert" in task:
-        config["task"]["expert"] = {"entry_point": task["expert"], "kwargs": {}}
+        config["task"]["expert"] |= {"entry_point": task["expert"], "kwargs": {}}
+    if "expert_input" in task:
+        config["task"]["expert"]["input"] = task["expert_input"]
+    for key in ("frame_stack",):
+        if key in task:
+            config["task"][key] = task[key]
+    if "cnn" in task:
+        config["policy"]["cnn"] = task["cnn"]
     if "expert_kwargs" in task:
         config["task"]["expert"]["kwargs"] = task["expert_kwargs"]
     return config
@@ -100,6 +108,51 @@ BAD = {
         "rl.inits",
         ["unknown arm 'sac'", "known: bc, residual, kickstart, scratch"],
     ),
+    "float images (their scale unknown)": (
+        config_with(env_id="probe_tasks:FloatImage-v0", expert="probe_tasks:one_action"),
+        "task.env_id",
+        ["float32 frames of shape 32x32x3", "must be uint8 in [0, 255]", "FlattenObservation"],
+    ),
+    "frames stacked by the env": (
+        config_with(env_id="probe_tasks:StackedFrames-v0", expert="probe_tasks:one_action"),
+        "task.env_id",
+        ["uint8 observations of shape 4x32x32x3", "task.frame_stack"],
+    ),
+    "uint8 frames with other bounds": (
+        config_with(env_id="probe_tasks:ImageBounds-v0", expert="probe_tasks:one_action"),
+        "task.env_id",
+        ["bounds other than [0, 255]", "Box(0, 255, shape, np.uint8)"],
+    ),
+    "a channel axis SB3 cannot tell": (
+        config_with(env_id="probe_tasks:MiddleChannel-v0", expert="probe_tasks:one_action"),
+        "task.env_id",
+        ["frames of shape 32x3x32", "channel axis must be the smallest"],
+    ),
+    "images mixed with vectors in a Dict": (
+        config_with(env_id="probe_tasks:ImageAndVector-v0", expert="probe_tasks:one_action"),
+        "task.env_id",
+        ["key 'pixels' holds images", "beside other keys (speed)", "task.expert.input"],
+    ),
+    "frames too small for NatureCNN": (
+        config_with(env_id="probe_tasks:SmallFrames-v0", expert="probe_tasks:one_action"),
+        "policy.cnn",
+        ["nature encoder needs frames of at least 36 pixels", "has 16", "policy.cnn: small"],
+    ),
+    "a privileged expert reading an info key the env lacks": (
+        config_with(env_kwargs={"camera": 32}, expert_input="info.speeds", cnn="small"),
+        "task.expert.input",
+        ["reports no info['speeds'] at reset", "state"],
+    ),
+    "a privileged expert given the camera frames instead": (
+        config_with(env_kwargs={"camera": 32}, cnn="small"),
+        "task.expert.entry_point",
+        ["the expert raised on a batch of 2 reset observations of shape (2, 32, 32, 1)"],
+    ),
+    "frame stacking with the task's own VecEnv": (
+        config_with(frame_stack=2) | {"rl": BASE["rl"] | {"vec_env": "native"}},
+        "rl.vec_env",
+        ["'native' with task.frame_stack 2", "auto (picks dummy when stacking)"],
+    ),
     "native vec env the task does not have": (
         config_with(**PENDULUM) | {"rl": BASE["rl"] | {"vec_env": "native"}},
         "rl.vec_env",
@@ -122,15 +175,14 @@ def test_the_probe_rejects_a_bad_task_naming_the_key(case):
 
 @pytest.mark.parametrize(
     "config",
-    ["config.yaml", "test.yaml", "mountaincar.yaml", "pendulum.yaml", "cartpole.yaml"],
+    sorted(p.name for p in (REPO / "config").glob("*.yaml") if p.name != "schema.yaml"),
 )
 def test_the_shipped_tasks_pass_the_probe(config):
-    spec = yaml.safe_load((REPO / "config" / config).read_text())
-    full = copy.deepcopy(BASE)
-    full["task"] = spec["task"]
-    full["rl"]["inits"] = spec.get("rl", {}).get("inits", BASE["rl"]["inits"])
+    full = config_lib.load(REPO / "config" / config)
     found = probe.probe_task(full)
     assert found.observation_space.shape and found.seconds > 0
+    assert found.images == (config == "pixels.yaml")
+    assert set(found.arms) == {"bc", "residual", "kickstart", "scratch"}
 
 
 def test_gymnasium_make_keywords_are_not_typos():

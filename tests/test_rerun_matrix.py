@@ -71,6 +71,7 @@ MODULES: dict[str, list[str]] = {
     "demo2rl.envs": TASK,
     "demo2rl.envs.racing": TASK,
     "demo2rl.envs.tracks": TASK,
+    "demo2rl.envs.camera": TASK,
     "demo2rl.envs.render": ["plot_racing"],  # the env draws only when asked to (deferred import)
     "demo2rl.envs.replay": ["plot_racing"],
     "demo2rl.envs.sb3": ["train_rl"],

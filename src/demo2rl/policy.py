@@ -459,11 +459,12 @@ class ObsNormalizer:
 # where the network runs
 
 
-def resolve_device(device: str) -> torch.device:
+def resolve_device(device: str, cuda_pays: bool = True) -> torch.device:
     """The device BC or PPO trains the network on, from the config's ``device``: ``"auto"``
-    (CUDA when visible, else CPU), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``."""
+    (CUDA when visible and ``cuda_pays``, else CPU), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+    PPO passes ``cuda_pays`` only for a CNN: its small MLPs step faster on the CPU."""
     if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return torch.device("cuda" if cuda_pays and torch.cuda.is_available() else "cpu")
     try:
         dev = torch.device(device)
     except RuntimeError as err:

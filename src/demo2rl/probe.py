@@ -42,6 +42,11 @@ class Probe:
     arms: tuple[str, ...]
     seconds: float
 
+    @property
+    def images(self) -> bool:
+        """Whether the policy reads images (a CNN encoder, no observation normalisation)."""
+        return tasks.image_layout(self.observation_space) is not None
+
 
 def probe_task(config: Mapping[str, Any]) -> Probe:
     """Check the task of a (schema-validated) workflow config; raise ConfigError naming the key.
@@ -61,38 +66,63 @@ def probe_task(config: Mapping[str, Any]) -> Probe:
         expert_cfg.get("kwargs") or {},
         f"expert {expert_cfg['entry_point']!r}",
     )
+    frame_stack = task["frame_stack"]
     try:
-        env = tasks.make_vector_env(env_id, env_kwargs, BATCH, AutoresetMode.DISABLED)
+        raw = tasks.make_env(env_id, env_kwargs)
+        raw_space = raw.observation_space
+        raw.close()
     except Exception as err:  # a user's env: anything can go wrong in its constructor
+        raise ConfigError("task.env_kwargs", f"making {env_id!r} failed: {_describe(err)}") from err
+    check_observation_space(raw_space, env_id)  # before stacking: what the env itself gives
+    try:
+        env = tasks.make_vector_env(
+            env_id, env_kwargs, BATCH, AutoresetMode.DISABLED, frame_stack=frame_stack
+        )
+    except Exception as err:
         raise ConfigError("task.env_kwargs", f"making {env_id!r} failed: {_describe(err)}") from err
     try:
         obs_space, act_space = env.single_observation_space, env.single_action_space
-        check_observation_space(obs_space, env_id)
         check_action_space(act_space, env_id)
-        obs, _ = env.reset(seed=list(range(BATCH)))
+        obs, info = env.reset(seed=list(range(BATCH)))
     except ConfigError:
         raise
     except Exception as err:
         raise ConfigError("task.env_id", f"resetting {env_id!r} failed: {_describe(err)}") from err
     finally:
         env.close()
+    check_encoder(obs_space, config["policy"]["cnn"])
+    reads, what = _expert_input(expert_cfg.get("input", "observation"), obs, info, env_id)
     expert = tasks.load_expert(expert_cfg["entry_point"], expert_cfg.get("kwargs"))
     try:
-        actions = expert(obs)
+        actions = expert(reads)
     except Exception as err:
         raise ConfigError(
             "task.expert.entry_point",
-            f"the expert raised on a batch of {BATCH} reset observations of shape "
-            f"{obs.shape}: {_describe(err)}",
+            f"the expert raised on a batch of {BATCH} reset {what} of shape "
+            f"{reads.shape}: {_describe(err)}",
         ) from err
     check_expert_actions(actions, act_space, batch=BATCH)
-    check_vec_env(config["rl"], env_id)
+    check_vec_env(config["rl"], env_id, frame_stack)
     chosen = resolve_arms(config["rl"]["inits"], act_space, env_id)
     return Probe(obs_space, act_space, chosen, time.perf_counter() - start)
 
 
 def check_observation_space(space: gym.Space, env_id: str) -> None:
-    """Only flat or shaped numeric ``Box`` observations are supported (for now)."""
+    """The observations are one of the two kinds the policy reads: a numeric vector ``Box`` (any
+    shape, flattened by the MLP), or images (``tasks.image_layout``: uint8 in [0, 255], HxWxC
+    or CxHxW, read by a CNN). What looks like images but is not one of these, and images mixed
+    with vectors in a ``Dict``, fail here, saying what to do."""
+    if isinstance(space, gym.spaces.Dict):
+        images = [k for k, sub in space.spaces.items() if _looks_like_image(sub)]
+        if images:
+            others = ", ".join(k for k in space.spaces if k != images[0])
+            raise ConfigError(
+                "task.env_id",
+                f"{env_id!r} has a Dict observation space whose key {images[0]!r} holds images "
+                f"({space.spaces[images[0]]}) beside other keys ({others}): "
+                "images mixed with vectors are not supported; observe the image alone and give "
+                "the expert the rest as privileged state (task.expert.input: info.<key>)",
+            )
     if not isinstance(space, gym.spaces.Box):
         raise ConfigError(
             "task.env_id",
@@ -104,6 +134,78 @@ def check_observation_space(space: gym.Space, env_id: str) -> None:
         raise ConfigError(
             "task.env_id", f"{env_id!r} has observation space {space}: not supported (empty)"
         )
+    if tasks.image_layout(space) is not None or not _looks_like_image(space):
+        return
+    shape = "x".join(map(str, space.shape))
+    if space.dtype != np.uint8:
+        problem = (
+            f"{space.dtype} frames of shape {shape}: images must be uint8 in [0, 255], which "
+            "the network scales to [0, 1]; a float image's scale is unknown. Convert frames to "
+            "uint8 in your env (or, if these are not images, flatten them with "
+            "gymnasium.wrappers.FlattenObservation)"
+        )
+    elif len(space.shape) != 3:
+        problem = (
+            f"uint8 observations of shape {shape}: images must be HxWxC or CxHxW; stacked frames "
+            "belong in task.frame_stack, which stacks single frames along their channels"
+        )
+    elif np.any(space.low != 0) or np.any(space.high != 255):
+        problem = (
+            f"uint8 frames of shape {shape} with bounds other than [0, 255]: declare the "
+            "observation space as Box(0, 255, shape, np.uint8), as stable-baselines3 expects"
+        )
+    else:
+        problem = (
+            f"frames of shape {shape}: the channel axis must be the smallest, first (CxHxW) or "
+            "last (HxWxC), as stable-baselines3 tells channels; transpose them in your env"
+        )
+    raise ConfigError("task.env_id", f"{env_id!r} observes {problem}")
+
+
+def _looks_like_image(space: gym.Space) -> bool:
+    """A Box of 3 or more dimensions, or of uint8: what a camera gives, in any layout."""
+    return isinstance(space, gym.spaces.Box) and (len(space.shape) >= 3 or space.dtype == np.uint8)
+
+
+def check_encoder(space: gym.Space, cnn: str) -> None:
+    """Frames large enough for the image encoder ``policy.cnn`` (nothing to check for vectors)."""
+    layout = tasks.image_layout(space)
+    if layout is None:
+        return
+    from demo2rl.policy import MIN_FRAME  # deferred: torch is imported only for image tasks
+
+    side = min(space.shape[1:] if layout == "CHW" else space.shape[:2])
+    if side < MIN_FRAME[cnn]:
+        smaller = [name for name, least in MIN_FRAME.items() if side >= least]
+        fix = f"use policy.cnn: {smaller[0]}" if smaller else "use larger frames"
+        raise ConfigError(
+            "policy.cnn",
+            f"the {cnn} encoder needs frames of at least {MIN_FRAME[cnn]} pixels a side; "
+            f"{space.shape} has {side}: {fix}",
+        )
+
+
+def _expert_input(
+    expert_input: str, obs: np.ndarray, info: Mapping[str, Any], env_id: str
+) -> tuple[np.ndarray, str]:
+    """What the expert reads at reset (``task.expert.input``), and what to call it in errors."""
+    if expert_input == "observation":
+        return obs, "observations"
+    key = expert_input.partition(".")[2]
+    if key not in info:
+        raise ConfigError(
+            "task.expert.input",
+            f"{env_id!r} reports no info[{key!r}] at reset (its info has: "
+            f"{', '.join(k for k in sorted(info) if not k.startswith('_')) or 'nothing'})",
+        )
+    value = np.asarray(info[key])
+    if value.dtype == object or value.shape[:1] != (BATCH,):
+        raise ConfigError(
+            "task.expert.input",
+            f"{env_id!r}'s info[{key!r}] is not an array with one row per env "
+            f"(got {value.dtype} of shape {value.shape} for {BATCH} envs)",
+        )
+    return value, f"info[{key!r}] values"
 
 
 def check_action_space(space: gym.Space, env_id: str) -> None:
@@ -207,13 +309,21 @@ def resolve_arms(
     return tuple(inits)
 
 
-def check_vec_env(rl_cfg: Mapping[str, Any], env_id: str) -> None:
-    """The vec env kind ``rl.vec_env`` names exists for this task."""
-    if rl_cfg["vec_env"] == "native" and vec_kinds.native_vec_env(env_id) is None:
+def check_vec_env(rl_cfg: Mapping[str, Any], env_id: str, frame_stack: int = 1) -> None:
+    """The vec env kind ``rl.vec_env`` names exists for this task (and stacks frames if asked)."""
+    if rl_cfg["vec_env"] != "native":
+        return
+    if vec_kinds.native_vec_env(env_id) is None:
         raise ConfigError(
             "rl.vec_env",
             f"'native': {env_id!r} registers no batched VecEnv of its own; use auto (picks "
             "dummy here), dummy or subproc",
+        )
+    if frame_stack > 1:
+        raise ConfigError(
+            "rl.vec_env",
+            f"'native' with task.frame_stack {frame_stack}: a task's own VecEnv stacks no "
+            "frames; use auto (picks dummy when stacking), dummy or subproc",
         )
 
 

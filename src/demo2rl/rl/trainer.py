@@ -93,7 +93,7 @@ def train_rl(
         env = recipe.make_training_env(task, rl_cfg, normalizer, act_space, n_workers=job.threads)
         try:  # the env (worker processes with subproc) must not outlive a failed start
             seed = seeds.rl_seed(job.seed, job.run_seed)
-            device = policy.resolve_device(rl_cfg.device)
+            device = policy.resolve_device(rl_cfg.device, cuda_pays=policy.is_image(obs_space))
             model = recipe.build_model(
                 recipe.Start(
                     arm=arm,
