@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 
 from demo2rl import tasks
-from demo2rl.envs.render import render_rgb
 from demo2rl.envs.tracks import Track
 
 
@@ -48,14 +47,15 @@ def replay_racing(
 
     Racing-v0 is deterministic and its results do not depend on the batch it ran in, so this
     reproduces the evaluated episode exactly. ``frame_every`` > 0 renders frames (the env's
-    ``rgb_array`` view), stopping after the first lap when ``frames_until_lap``.
+    ``rgb_array`` view: with a camera, what the policy saw beside the overview), stopping after
+    the first lap when ``frames_until_lap``.
     """
     render = frame_every > 0
     env = tasks.make_env("Racing-v0", env_kwargs)
     core = env.unwrapped.core
 
-    def frame() -> np.ndarray:
-        return render_rgb(core.tracks[0], core.x[0], core.y[0], core.yaw[0])
+    def frame() -> np.ndarray:  # the overview, and beside it the camera's view when it has one
+        return core.render(0)
 
     env.reset(seed=int(seed))
     xs, ys, speeds = [float(core.x[0])], [float(core.y[0])], [float(core.speed[0])]
