@@ -181,7 +181,7 @@ def test_the_shipped_tasks_pass_the_probe(config):
     full = config_lib.load(REPO / "config" / config)
     found = probe.probe_task(full)
     assert found.observation_space.shape and found.seconds > 0
-    assert found.images == (config == "pixels.yaml")
+    assert found.images == ("pixels" in config)
     assert set(found.arms) == {"bc", "residual", "kickstart", "scratch"}
 
 

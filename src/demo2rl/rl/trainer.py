@@ -76,7 +76,7 @@ def train_rl(
     state_dir = Path(job.state_dir)
     with state.lock_state_dir(state_dir):  # held until the run ends: no two trainers share it
         resume = state.claim_state_dir(state_dir, key)
-        demos = dataset.read(job.demos)
+        demos = dataset.read_tables(job.demos)  # no frames: only a guide needs the steps
         obs_space, act_space = tasks.spaces(task.env_id, task.env_kwargs, task.frame_stack)
         dataset.check_dataset(demos, obs_space, act_space, task.env_id)
         clone = None
@@ -101,7 +101,9 @@ def train_rl(
                     policy_cfg=job.policy,
                     rl_cfg=rl_cfg,
                     clone=clone,
-                    demos=lambda: recipe.demo_tensors(demos, normalizer, act_space, device),
+                    demos=lambda: recipe.demo_tensors(
+                        dataset.read(job.demos), normalizer, act_space, device
+                    ),
                     seed=seed,
                     device=device,
                 )
