@@ -13,6 +13,8 @@ rule collect_shard:
         runtime=30,
         # envs stepped as one batch: speed only (every episode's seed is fixed by its index)
         envs=COLLECT.n_envs,
+        # HDF5 compression of image observations: size and speed only (the hash covers the data)
+        codec=COLLECT.codec,
     params:
         tracking=TRACKING,
         task=config["task"],
@@ -38,6 +40,8 @@ rule merge_demos:
     resources:
         mem_mb=4000,
         runtime=15,
+        # HDF5 compression of image observations: size and speed only (the hash covers the data)
+        codec=COLLECT.codec,
     params:
         tracking=TRACKING,
         collect=COLLECT.pick("n_episodes", "valid_fraction"),

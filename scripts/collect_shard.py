@@ -14,5 +14,6 @@ with job(snakemake, stage="collect", run_name=f"collect-shard{shard}") as run:
         n_shards=snakemake.params.collect["n_shards"],
         seed=snakemake.params.seed,
         n_envs=snakemake.resources.envs,
+        codec=snakemake.resources.codec,
         run=run,
     )

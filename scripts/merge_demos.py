@@ -9,5 +9,6 @@ with job(snakemake, stage="merge", run_name="merge-demos") as run:
         out=snakemake.output[0],
         n_episodes=snakemake.params.collect["n_episodes"],
         valid_fraction=snakemake.params.collect["valid_fraction"],
+        codec=snakemake.resources.codec,
         run=run,
     )

@@ -1,6 +1,6 @@
 """The demonstration dataset: one HDF5 file, columnar, self-describing.
 
-(About 400 lines, on purpose: the file format is one module, reader, writer, merge and content
+(About 800 lines, on purpose: the file format is one module, reader, writer, merge and content
 hash together, so that a change to the format is made, and reviewed, in one place.)
 
 Layout (``FORMAT_VERSION`` 1)::
@@ -18,13 +18,30 @@ Layout (``FORMAT_VERSION`` 1)::
     /episodes/final_observation (E, *obs_shape) observation after the last step
     /episodes/info/<key>     (E,) float64      task-specific values at the episode's end
     /split/train, /split/valid                  episode rows (merged file only)
-    /stats/{obs,act}_{mean,std}                 over the training split (merged file only)
+    /stats/{obs,act}_{mean,std}                 over the training split (merged file only; no
+                                                obs_* for image observations, see below)
 
 File attributes hold the format version, the task (env id, kwargs, spec, spaces), the expert, the
-seeds, package versions, code revision and creation time, and ``content_hash``: a SHA-256 over
-every array and the attributes that define the data (not versions, revision or time), so two
-files with equal hashes hold the same data bit for bit. Next observations are derived: within an
-episode they are the following row, and after its last step the episode's final observation.
+seeds, package versions, code revision and creation time, the ``codec`` of the image columns, and
+``content_hash``: a SHA-256 over every array (as decoded) and the attributes that define the data
+(not versions, revision, time or codec), so two files with equal hashes hold the same data bit for
+bit. Next observations are derived: within an episode they are the following row, and after its
+last step the episode's final observation.
+
+**Image observations** (uint8 rows of 2 or more dimensions, e.g. (48, 48, 1)):
+``/steps/observations`` and ``/episodes/final_observation`` are chunked along time,
+:data:`IMAGE_CHUNK_ROWS` whole frames a chunk, and compressed with the ``codec`` (:data:`CODECS`:
+gzip at :data:`GZIP_LEVEL`, lzf, or none; no shuffle filter). Read them in contiguous blocks of
+whole chunks: a single frame decodes its whole chunk. Every other column is stored uncompressed,
+in chunks of about :data:`CHUNK_BYTES`. The merged file of image observations holds action
+statistics only: image policies scale pixels by 1/255 and never normalise per pixel.
+docs/dataset.md has the measurements behind these choices.
+
+Memory: :func:`merge_files` (the merge stage) streams the shards into the merged file in blocks of
+rows, and :func:`verify` hashes a file in blocks, so neither holds more than a few blocks of frames
+(plus, for vector observations, the observation and action columns for the statistics).
+:func:`read` loads a whole file; :func:`read_tables` everything but the observation and action
+columns.
 """
 
 from __future__ import annotations
@@ -36,7 +53,7 @@ import json
 import math
 import os
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +79,26 @@ DEFINING_ATTRS = (
     "base_seed",
 )
 CHUNK_BYTES = 1 << 20
+"""Chunk size of the uncompressed (non-image) columns; also the read block of unchunked ones."""
+CODECS = ("gzip", "lzf", "none")
+"""Compressions of image columns (``collect.codec``): gzip and lzf are built into every HDF5 reader
+(h5py, robomimic, Minari); zstd or Blosc would need hdf5plugin wherever the file is read."""
+DEFAULT_CODEC = "gzip"
+GZIP_LEVEL = 4
+"""gzip level of image columns, by measurement (docs/dataset.md): against level 1, 1.35x smaller on
+racing-like 48x48x1 frames and 1.4x on noisier 64x64x3 ones, reads as fast or faster, and writes
+at 0.6-0.8x its speed (70-240 MiB/s, far above any collection rate); level 6 halved the write speed
+again for 5% on the noisy frames."""
+IMAGE_CHUNK_ROWS = 64
+"""Frames per chunk of an image column, by measurement (docs/dataset.md): 0.6% larger files than
+128-frame chunks at the same block-read speed, and twice as fast for single-frame reads."""
+COPY_BYTES = 4 << 20
+"""Target size of one block of rows (whole chunks) that the merge copies and the hash reads."""
+STREAMING = {"rdcc_nbytes": 0}
+"""``h5py.File`` keywords of a file read or written in blocks of whole chunks: no chunk cache (it
+would only copy each chunk once more; measured, it doubled the merge's peak memory)."""
+COMPRESSIBLE = ("steps/observations", "episodes/final_observation")
+"""The columns stored with the codec when they hold images."""
 
 
 class DatasetError(ValueError):
@@ -210,6 +247,11 @@ def episode_attrs(
     }
 
 
+def is_image(dtype: Any, row_shape: Sequence[int]) -> bool:
+    """Whether a column of rows ``row_shape`` holds images: uint8, two or more dimensions."""
+    return np.dtype(dtype) == np.uint8 and len(row_shape) >= 2
+
+
 def content_hash(demos: Demos) -> str:
     """SHA-256 over the arrays and defining attributes (see the module docstring)."""
     groups = {"steps": demos.steps, "episodes": demos.episodes, "info": demos.info}
@@ -227,61 +269,114 @@ def verify(path: str | os.PathLike[str]) -> str:
     recorded = read_attrs(path).get("content_hash")
     try:
         with h5py.File(path, "r") as f:
-            attrs = {k: _decode_attr(v) for k, v in f.attrs.items()}
-            groups = {
-                "steps": {k: f["steps"][k] for k in STEP_KEYS},
-                "episodes": {k: f["episodes"][k] for k in EPISODE_KEYS},
-                "info": dict(f["episodes/info"].items()),
-            }
-            groups |= {g: dict(f[g].items()) if g in f else {} for g in ("split", "stats")}
-            computed = _hash(groups, attrs)
+            computed = _hash(_file_groups(f), _file_attrs(f))
     except (OSError, KeyError, ValueError) as err:
         raise DatasetError(path, f"unreadable or incomplete HDF5 dataset ({err})") from err
+    _check_hash(path, recorded, computed)
+    return computed
+
+
+def _check_hash(path: str | os.PathLike[str], recorded: Any, computed: str) -> None:
     if computed != recorded:
         raise DatasetError(
             path,
             f"content hash mismatch: the file records {recorded} but its data hash to "
             f"{computed}; it was modified or is corrupt (rerun the rule that wrote it)",
         )
-    return computed
 
 
-def _hash(groups: dict[str, Any], attrs: dict[str, Any]) -> str:
-    """The content hash of arrays (numpy, or h5py datasets read in blocks) and attributes."""
+def _file_groups(f: h5py.File) -> dict[str, dict[str, Any]]:
+    """An open file's arrays as h5py datasets, grouped as the content hash takes them."""
+    groups = {
+        "steps": {k: f["steps"][k] for k in STEP_KEYS},
+        "episodes": {k: f["episodes"][k] for k in EPISODE_KEYS},
+        "info": dict(f["episodes/info"].items()),
+    }
+    return groups | {g: dict(f[g].items()) if g in f else {} for g in ("split", "stats")}
+
+
+def _file_attrs(f: h5py.File) -> dict[str, Any]:
+    return {k: _decode_attr(v) for k, v in f.attrs.items()}
+
+
+Visitor = Callable[[str, str, np.ndarray], None]
+"""Called with (group, key, block) for every block of rows the content hash reads."""
+
+
+def _hash(groups: dict[str, Any], attrs: dict[str, Any], visit: Visitor | None = None) -> str:
+    """The content hash of arrays (numpy, or h5py datasets read in blocks of whole chunks) and
+    attributes; ``visit`` sees each block of an h5py dataset as it is hashed."""
     digest = hashlib.sha256()
     for group, arrays in groups.items():
         for key in sorted(arrays):
             arr = arrays[key]
             digest.update(f"{group}/{key}:{np.dtype(arr.dtype).str}:{arr.shape}".encode())
             if isinstance(arr, np.ndarray) or arr.ndim == 0:
-                digest.update(np.ascontiguousarray(arr[()]).tobytes())
+                digest.update(_raw_bytes(arr[()]))
                 continue
-            rows = _chunks(arr)[0]
+            rows = _block_rows(arr)
             for start in range(0, len(arr), rows):
-                digest.update(np.ascontiguousarray(arr[start : start + rows]).tobytes())
+                block = arr[start : start + rows]
+                digest.update(_raw_bytes(block))
+                if visit is not None:
+                    visit(group, key, block)
     defining = {k: attrs.get(k) for k in DEFINING_ATTRS}
     digest.update(json.dumps(defining, sort_keys=True).encode())
     return digest.hexdigest()
 
 
-def write(path: str | os.PathLike[str], demos: Demos) -> str:
+def _raw_bytes(arr: Any) -> np.ndarray:
+    """The bytes of an array in C order (as ``tobytes``), without copying a contiguous array."""
+    return np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+
+
+def write(path: str | os.PathLike[str], demos: Demos, *, codec: str = DEFAULT_CODEC) -> str:
     """Write ``demos`` to ``path`` atomically; returns the content hash (also stored).
 
-    Checks the free space first: HDF5 fails badly on a full disk (h5py can crash the process).
+    Image observations are compressed with ``codec`` (one of :data:`CODECS`; the content hash
+    does not depend on it). Checks the free space first: HDF5 fails badly on a full disk (h5py
+    can crash the process).
     """
+    _check_codec(codec)
     digest = content_hash(demos)
-    _check_space(Path(path), demos)
+    groups = (demos.steps, demos.episodes, demos.info, demos.split or {}, demos.stats or {})
+    _check_space(Path(path), sum(a.nbytes for g in groups for a in g.values()))
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
-        for key, value in demos.attrs.items():
-            f.attrs[key] = value if isinstance(value, (int, float, str)) else json.dumps(value)
-        f.attrs["content_hash"] = digest
+        _write_attrs(f, demos.attrs | {"codec": codec, "content_hash": digest})
         groups = {"steps": demos.steps, "episodes": demos.episodes, "episodes/info": demos.info}
         groups |= {"split": demos.split or {}, "stats": demos.stats or {}}
         for group, arrays in groups.items():
             g = f.require_group(group)
             for key, arr in arrays.items():
-                g.create_dataset(key, data=arr, chunks=_chunks(arr) if arr.size else None)
+                layout = _layout(f"{group}/{key}", arr.shape, arr.dtype, codec)
+                g.create_dataset(key, data=arr, **layout)
     return digest
+
+
+def _write_attrs(f: h5py.File, attrs: Mapping[str, Any]) -> None:
+    for key, value in attrs.items():
+        f.attrs[key] = value if isinstance(value, (int, float, str)) else json.dumps(value)
+
+
+def _check_codec(codec: str) -> None:
+    if codec not in CODECS:
+        raise ValueError(f"unknown codec {codec!r}: one of {', '.join(CODECS)}")
+
+
+def _layout(name: str, shape: tuple[int, ...], dtype: Any, codec: str) -> dict[str, Any]:
+    """``create_dataset`` keywords of a column (``name`` is ``group/key``): image columns chunked
+    by whole frames and compressed with ``codec``; every other one in uncompressed ~1 MiB chunks
+    (none for an empty column)."""
+    if math.prod(shape) == 0:
+        return {"chunks": None}
+    if name not in COMPRESSIBLE or not is_image(dtype, shape[1:]):
+        return {"chunks": _chunks(shape, dtype)}
+    layout: dict[str, Any] = {"chunks": (min(shape[0], IMAGE_CHUNK_ROWS), *shape[1:])}
+    if codec == "gzip":
+        layout |= {"compression": "gzip", "compression_opts": GZIP_LEVEL, "shuffle": False}
+    elif codec == "lzf":
+        layout |= {"compression": "lzf", "shuffle": False}
+    return layout
 
 
 def read_attrs(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -291,14 +386,35 @@ def read_attrs(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise DatasetError(path, "no such dataset file")
     try:
         with h5py.File(path, "r") as f:
-            return {k: _decode_attr(v) for k, v in f.attrs.items()}
+            return _file_attrs(f)
     except OSError as err:
         raise DatasetError(path, f"unreadable HDF5 dataset ({err})") from err
 
 
 def read(path: str | os.PathLike[str], *, verify: bool = False) -> Demos:
     """Load a whole dataset file into memory; ``verify`` recomputes the content hash."""
-    path = Path(path)
+    demos = _load(Path(path), STEP_KEYS, EPISODE_KEYS)
+    if verify and content_hash(demos) != demos.attrs.get("content_hash"):
+        raise DatasetError(path, "content hash mismatch: the file was modified or is corrupt")
+    return demos
+
+
+TABLE_STEP_KEYS = ("rewards", "terminated", "truncated")
+TABLE_EPISODE_KEYS = ("index", "seed", "start", "length", "return")
+
+
+def read_tables(path: str | os.PathLike[str]) -> Demos:
+    """A dataset file without its observation and action columns: the attributes, the episode
+    table (without final observations), info, split, statistics, and the per-step scalars
+    (``rewards``, ``terminated``, ``truncated``), checked for consistency like :func:`read`.
+
+    For what needs a file's size, returns, split or statistics, not its frames (a few bytes a
+    step). Use :func:`verify` to check its content hash.
+    """
+    return _load(Path(path), TABLE_STEP_KEYS, TABLE_EPISODE_KEYS)
+
+
+def _load(path: Path, step_keys: Sequence[str], episode_keys: Sequence[str]) -> Demos:
     if not path.is_file():
         raise DatasetError(path, "no such dataset file")
     try:
@@ -310,9 +426,15 @@ def read(path: str | os.PathLike[str], *, verify: bool = False) -> Demos:
                     path,
                     f"format version {f.attrs.get('format_version')}, expected {FORMAT_VERSION}",
                 )
-            attrs = {k: _decode_attr(v) for k, v in f.attrs.items()}
-            steps = {k: f["steps"][k][()] for k in STEP_KEYS}
-            episodes = {k: f["episodes"][k][()] for k in EPISODE_KEYS}
+            attrs = _file_attrs(f)
+            n = len(f["steps/rewards"])
+            for key in STEP_KEYS:  # every column's length, read or not
+                if len(f["steps"][key]) != n:
+                    raise DatasetError(
+                        path, f"/steps/{key} has {len(f['steps'][key])} rows, expected {n}"
+                    )
+            steps = {k: f["steps"][k][()] for k in step_keys}
+            episodes = {k: f["episodes"][k][()] for k in episode_keys}
             info = {k: v[()] for k, v in f["episodes/info"].items()}
             split = {k: v[()] for k, v in f["split"].items()} if "split" in f else None
             stats = {k: v[()] for k, v in f["stats"].items()} if "stats" in f else None
@@ -322,21 +444,112 @@ def read(path: str | os.PathLike[str], *, verify: bool = False) -> Demos:
         raise DatasetError(path, f"unreadable or incomplete HDF5 dataset ({err})") from err
     demos = Demos(steps, episodes, info, attrs, split, stats)
     _check_consistent(path, demos)
-    if verify and content_hash(demos) != attrs.get("content_hash"):
-        raise DatasetError(path, "content hash mismatch: the file was modified or is corrupt")
     return demos
 
 
 def merge(
     shards: Sequence[Demos], names: Sequence[str], *, n_episodes: int, valid_fraction: float
 ) -> Demos:
-    """Concatenate shards (contiguous episode ranges) and add the split and the statistics."""
-    first = shards[0].attrs
+    """Concatenate shards (contiguous episode ranges) and add the split and the statistics, in
+    memory; :func:`merge_files` writes the same dataset from shard files in bounded memory."""
+    for shard, name in zip(shards, names, strict=True):
+        _check_same_task(shard.attrs, shards[0].attrs, name)
+    _check_ranges(shards, names, n_episodes)
+    steps = {k: np.concatenate([s.steps[k] for s in shards]) for k in STEP_KEYS}
+    episodes = {k: np.concatenate([s.episodes[k] for s in shards]) for k in EPISODE_KEYS}
+    episodes["start"] = _merged_starts(shards)
+    info = _merged_info(shards)
+    hashes = [s.attrs.get("content_hash") or content_hash(s) for s in shards]
+    attrs = _merged_attrs(shards, names, hashes, n_episodes, valid_fraction)
+    demos = Demos(steps, episodes, info, attrs)
+    demos.split = episode_split(n_episodes, valid_fraction, seed=attrs["base_seed"])
+    demos.stats = statistics(demos, demos.split["train"])
+    return demos
+
+
+def merge_files(
+    paths: Sequence[str | os.PathLike[str]],
+    out: str | os.PathLike[str],
+    *,
+    n_episodes: int,
+    valid_fraction: float,
+    codec: str = DEFAULT_CODEC,
+) -> str:
+    """Merge shard files into the dataset ``out`` (atomically) with its split and statistics, in
+    bounded memory; returns its content hash. The same dataset, hash included, as :func:`write`
+    of :func:`merge` of the shards read whole.
+
+    Each step column is created at its final size and filled shard by shard in blocks of whole
+    chunks, while each shard's content hash is recomputed from the same blocks (a shard that
+    does not match stops the merge, naming it). The episode table and info are concatenated in
+    memory (small); the statistics read the action column, and the observation column unless it
+    holds images (see the module docstring). The content hash is computed by reading the written
+    file back in blocks, before it is recorded and the file renamed into place.
+    """
+    _check_codec(codec)
+    names = [str(p) for p in paths]
+    shards: list[Demos] = []
+    for path, name in zip(paths, names, strict=True):
+        shard = read_tables(path)  # attributes and tables: a few bytes a step
+        _check_same_task(shard.attrs, (shards or [shard])[0].attrs, name)
+        if shards:  # the first shard's attributes are the merged file's; the others' can go
+            shard.attrs = {k: shard.attrs[k] for k in _SHARD_ATTRS if k in shard.attrs}
+        shards.append(shard)
+    _check_ranges(shards, names, n_episodes)
+    columns = _merged_columns(paths, shards)
+    tables = {k: np.concatenate([s.episodes[k] for s in shards]) for k in TABLE_EPISODE_KEYS}
+    tables["start"] = _merged_starts(shards)
+    info = _merged_info(shards)
+    hashes = [s.attrs["content_hash"] for s in shards]  # each checked as the shard is copied
+    attrs = _merged_attrs(shards, names, hashes, n_episodes, valid_fraction) | {"codec": codec}
+    split = episode_split(n_episodes, valid_fraction, seed=attrs["base_seed"])
+    _check_space(Path(out), _merged_bytes(paths, columns, codec, shards))
+    with atomic_path(out) as tmp, h5py.File(tmp, "w", **STREAMING) as f:
+        _write_attrs(f, attrs)
+        appenders = {}
+        for name, (shape, dtype) in columns.items():
+            group, _, key = name.rpartition("/")
+            ds = f.require_group(group).create_dataset(
+                key, shape=shape, dtype=dtype, **_layout(name, shape, dtype, codec)
+            )
+            appenders[name] = _Appender(ds, Path(out))
+        for path, shard in zip(paths, shards, strict=True):
+            _copy_shard(Path(path), shard, appenders)
+        for appender in appenders.values():
+            appender.close()
+        for key in EPISODE_KEYS:
+            if key in tables:
+                f["episodes"].create_dataset(key, data=tables[key], **_small(tables[key]))
+        g = f.require_group("episodes/info")
+        for key, arr in info.items():
+            g.create_dataset(key, data=arr, **_small(arr))
+        for key, arr in split.items():
+            f.require_group("split").create_dataset(key, data=arr, **_small(arr))
+        rows = Demos({}, tables, {}, attrs).step_rows(split["train"])
+        for key, arr in _file_statistics(f, rows).items():
+            f.require_group("stats").create_dataset(key, data=arr, **_small(arr))
+        f.flush()
+        digest = _hash(_file_groups(f), _file_attrs(f))  # the file as written, in blocks
+        f.attrs["content_hash"] = digest
+    return digest
+
+
+_SHARD_ATTRS = ("first_episode", "content_hash", "codec")
+"""What the merge keeps of a shard's attributes but the first's (whose observation space, in a
+shard of images, may hold two lists of a number per pixel)."""
+
+
+def _check_same_task(attrs: Mapping[str, Any], first: Mapping[str, Any], name: str) -> None:
+    """A shard of the same task, expert and seeds as the first."""
+    for key in DEFINING_ATTRS:
+        if attrs.get(key) != first.get(key):
+            raise DatasetError(name, f"attribute {key!r} differs from the first shard's")
+
+
+def _check_ranges(shards: Sequence[Demos], names: Sequence[str], n_episodes: int) -> None:
+    """Contiguous episode ranges from 0, ``n_episodes`` in all."""
     expected_start = 0
     for shard, name in zip(shards, names, strict=True):
-        for key in DEFINING_ATTRS:
-            if shard.attrs.get(key) != first.get(key):
-                raise DatasetError(name, f"attribute {key!r} differs from the first shard's")
         if shard.attrs["first_episode"] != expected_start:
             raise DatasetError(
                 name,
@@ -348,28 +561,155 @@ def merge(
             names[-1], f"shards hold {expected_start} episodes, expected {n_episodes}"
         )
 
-    steps = {k: np.concatenate([s.steps[k] for s in shards]) for k in STEP_KEYS}
-    episodes = {k: np.concatenate([s.episodes[k] for s in shards]) for k in EPISODE_KEYS}
+
+def _merged_starts(shards: Sequence[Demos]) -> np.ndarray:
     offsets = np.cumsum([0] + [s.n_steps for s in shards[:-1]])
-    episodes["start"] = np.concatenate(
+    return np.concatenate(
         [s.episodes["start"] + off for s, off in zip(shards, offsets, strict=True)]
     )
+
+
+def _merged_info(shards: Sequence[Demos]) -> dict[str, np.ndarray]:
     info_keys = sorted(set.intersection(*(set(s.info) for s in shards)))
-    info = {k: np.concatenate([s.info[k] for s in shards]) for k in info_keys}
-    attrs = dict(first) | {
+    return {k: np.concatenate([s.info[k] for s in shards]) for k in info_keys}
+
+
+def _merged_attrs(
+    shards: Sequence[Demos],
+    names: Sequence[str],
+    hashes: Sequence[str],
+    n_episodes: int,
+    valid_fraction: float,
+) -> dict[str, Any]:
+    attrs = dict(shards[0].attrs) | {
         "first_episode": 0,
         "n_episodes": n_episodes,
-        "shards": [
-            {"name": n, "hash": s.attrs.get("content_hash") or content_hash(s)}
-            for s, n in zip(shards, names, strict=True)
-        ],
+        "shards": [{"name": n, "hash": h} for n, h in zip(names, hashes, strict=True)],
         "valid_fraction": valid_fraction,
     }
     attrs.pop("content_hash", None)
-    demos = Demos(steps, episodes, info, attrs)
-    demos.split = episode_split(n_episodes, valid_fraction, seed=first["base_seed"])
-    demos.stats = statistics(demos, demos.split["train"])
-    return demos
+    return attrs
+
+
+def _merged_columns(
+    paths: Sequence[str | os.PathLike[str]], shards: Sequence[Demos]
+) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """Shape and dtype of each streamed column of the merged file (``group/key``: the step
+    columns and the final observations), checked to agree across the shards."""
+    names = [f"steps/{k}" for k in STEP_KEYS] + ["episodes/final_observation"]
+    columns: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
+    for path, shard in zip(paths, shards, strict=True):
+        try:
+            with h5py.File(path, "r") as f:
+                found = {name: (f[name].shape, f[name].dtype) for name in names}
+        except (OSError, KeyError, ValueError) as err:
+            raise DatasetError(path, f"unreadable or incomplete HDF5 dataset ({err})") from err
+        for name, (shape, dtype) in found.items():
+            rows = shard.n_episodes if name.startswith("episodes/") else shard.n_steps
+            if name not in columns:
+                columns[name] = ((0, *shape[1:]), dtype)
+            have_shape, have_dtype = columns[name]
+            if (shape[1:], dtype) != (have_shape[1:], have_dtype) or shape[0] != rows:
+                raise DatasetError(
+                    path,
+                    f"/{name} is {dtype} {shape}, expected {have_dtype} "
+                    f"{(rows, *have_shape[1:])} (the first shard's rows)",
+                )
+            columns[name] = ((have_shape[0] + shape[0], *have_shape[1:]), have_dtype)
+    return columns
+
+
+def _merged_bytes(
+    paths: Sequence[str | os.PathLike[str]],
+    columns: Mapping[str, tuple[tuple[int, ...], np.dtype]],
+    codec: str,
+    shards: Sequence[Demos],
+) -> int:
+    """Bytes the merged file needs, about: raw bytes, but for compressed columns the shards'
+    stored bytes when they used the same codec."""
+    raw = {name: math.prod(shape) * dtype.itemsize for name, (shape, dtype) in columns.items()}
+    if codec != "none" and all(s.attrs.get("codec") == codec for s in shards):
+        stored = dict.fromkeys(raw, 0)
+        for path in paths:
+            with h5py.File(path, "r") as f:
+                for name in raw:
+                    stored[name] += f[name].id.get_storage_size()
+        raw = {n: stored[n] if n in COMPRESSIBLE else b for n, b in raw.items()}
+    n_steps = sum(s.n_steps for s in shards)
+    return sum(raw.values()) + 64 * sum(s.n_episodes for s in shards) + 16 * n_steps
+
+
+def _copy_shard(path: Path, shard: Demos, appenders: Mapping[str, _Appender]) -> None:
+    """Append a shard's streamed columns, block by block, checking its content hash on the way."""
+
+    def copy(group: str, key: str, block: np.ndarray) -> None:
+        appender = appenders.get(f"{group}/{key}")
+        if appender is not None:
+            appender.append(block)
+
+    try:
+        with h5py.File(path, "r", **STREAMING) as f:
+            computed = _hash(_file_groups(f), _file_attrs(f), visit=copy)
+    except DatasetError:
+        raise
+    except (OSError, KeyError, ValueError) as err:
+        raise DatasetError(path, f"unreadable or incomplete HDF5 dataset ({err})") from err
+    _check_hash(path, shard.attrs.get("content_hash"), computed)
+
+
+class _Appender:
+    """Writes rows to an h5py dataset in order, in blocks of whole chunks: a chunk is written
+    (and compressed) once, whatever the shard boundaries."""
+
+    def __init__(self, ds: h5py.Dataset, path: Path) -> None:
+        self.ds, self.path = ds, path
+        self.at = 0  # rows written
+        self.block = _block_rows(ds)  # (at most the column's rows)
+        self.buffer: np.ndarray | None = None
+        self.filled = 0
+
+    def append(self, rows: np.ndarray) -> None:
+        if self.at + self.filled + len(rows) > len(self.ds):
+            raise DatasetError(self.path, f"more rows for {self.ds.name} than it holds")
+        i = 0
+        while i < len(rows):
+            if self.filled == 0 and len(rows) - i >= self.block:  # whole blocks, straight through
+                n = (len(rows) - i) // self.block * self.block
+                self._write(rows[i : i + n])
+                i += n
+                continue
+            if self.buffer is None:
+                self.buffer = np.empty((self.block, *self.ds.shape[1:]), self.ds.dtype)
+            n = min(self.block - self.filled, len(rows) - i)
+            self.buffer[self.filled : self.filled + n] = rows[i : i + n]
+            self.filled += n
+            i += n
+            if self.filled == self.block:
+                self._flush()
+
+    def close(self) -> None:
+        self._flush()
+        self.buffer = None
+        if self.at != len(self.ds):
+            raise DatasetError(self.path, f"{self.ds.name}: {self.at} rows of {len(self.ds)}")
+
+    def _flush(self) -> None:
+        if self.filled:
+            assert self.buffer is not None
+            self._write(self.buffer[: self.filled])
+            self.filled = 0
+
+    def _write(self, rows: np.ndarray) -> None:
+        try:
+            self.ds[self.at : self.at + len(rows)] = rows
+        except (OSError, ValueError) as err:
+            raise DatasetError(self.path, f"writing {self.ds.name} failed ({err})") from err
+        self.at += len(rows)
+
+
+def _small(arr: np.ndarray) -> dict[str, Any]:
+    """``create_dataset`` keywords of a table column (never an image column)."""
+    return {"chunks": _chunks(arr.shape, arr.dtype) if arr.size else None}
 
 
 def episode_split(n_episodes: int, valid_fraction: float, *, seed: int) -> dict[str, np.ndarray]:
@@ -381,14 +721,30 @@ def episode_split(n_episodes: int, valid_fraction: float, *, seed: int) -> dict[
 
 
 def statistics(demos: Demos, episode_rows: np.ndarray) -> dict[str, np.ndarray]:
-    """Mean and standard deviation of observations and actions over the given episodes."""
+    """Mean and standard deviation of observations and actions over the given episodes (of the
+    actions alone for image observations)."""
     rows = demos.step_rows(episode_rows)
     out = {}
     for name, key in (("obs", "observations"), ("act", "actions")):
-        x = demos.steps[key][rows].astype(np.float64).reshape(len(rows), -1)
-        out[f"{name}_mean"] = x.mean(axis=0)
-        out[f"{name}_std"] = x.std(axis=0)
+        column = demos.steps[key]
+        if name == "act" or not is_image(column.dtype, column.shape[1:]):
+            out |= _column_stats(name, column, rows)
     return out
+
+
+def _file_statistics(f: h5py.File, rows: np.ndarray) -> dict[str, np.ndarray]:
+    """:func:`statistics` of an open file's step columns (read whole: never image columns)."""
+    out = {}
+    for name, key in (("obs", "observations"), ("act", "actions")):
+        column = f["steps"][key]
+        if name == "act" or not is_image(column.dtype, column.shape[1:]):
+            out |= _column_stats(name, column[()], rows)
+    return out
+
+
+def _column_stats(name: str, column: np.ndarray, rows: np.ndarray) -> dict[str, np.ndarray]:
+    x = column[rows].astype(np.float64).reshape(len(rows), -1)
+    return {f"{name}_mean": x.mean(axis=0), f"{name}_std": x.std(axis=0)}
 
 
 def episode_return(rewards: np.ndarray) -> float:
@@ -396,10 +752,9 @@ def episode_return(rewards: np.ndarray) -> float:
     return math.fsum(rewards.tolist())
 
 
-def _check_space(path: Path, demos: Demos) -> None:
+def _check_space(path: Path, nbytes: int) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    groups = (demos.steps, demos.episodes, demos.info, demos.split or {}, demos.stats or {})
-    need = sum(a.nbytes for g in groups for a in g.values()) * 1.05 + (1 << 20)
+    need = nbytes * 1.05 + (1 << 20)
     free = shutil.disk_usage(path.parent).free
     if need > free:
         raise DatasetError(
@@ -409,9 +764,21 @@ def _check_space(path: Path, demos: Demos) -> None:
         )
 
 
-def _chunks(arr: np.ndarray) -> tuple[int, ...]:
-    row_bytes = max(1, arr.dtype.itemsize * int(np.prod(arr.shape[1:], dtype=np.int64)))
-    return (max(1, min(len(arr), CHUNK_BYTES // row_bytes)), *arr.shape[1:])
+def _chunks(shape: tuple[int, ...], dtype: Any) -> tuple[int, ...]:
+    """Chunks of an uncompressed column: as many rows as fit in :data:`CHUNK_BYTES`."""
+    row_bytes = max(1, np.dtype(dtype).itemsize * math.prod(shape[1:]))
+    return (max(1, min(shape[0], CHUNK_BYTES // row_bytes)), *shape[1:])
+
+
+def _block_rows(arr: Any) -> int:
+    """Rows of one block read or written at once: whole chunks, about :data:`COPY_BYTES` (the
+    rows of one :data:`CHUNK_BYTES` for an unchunked column)."""
+    row_bytes = max(1, np.dtype(arr.dtype).itemsize * math.prod(arr.shape[1:]))
+    chunks = getattr(arr, "chunks", None)
+    if not chunks:
+        return _chunks(arr.shape, arr.dtype)[0]
+    rows = int(chunks[0]) * max(1, COPY_BYTES // (int(chunks[0]) * row_bytes))
+    return max(1, min(rows, len(arr)))
 
 
 def _decode_attr(value: Any) -> Any:
@@ -427,7 +794,7 @@ def _decode_attr(value: Any) -> Any:
 
 def _check_consistent(path: Path, demos: Demos) -> None:
     n = demos.n_steps
-    for key in STEP_KEYS:
+    for key in demos.steps:
         if len(demos.steps[key]) != n:
             raise DatasetError(path, f"/steps/{key} has {len(demos.steps[key])} rows, expected {n}")
     ends = demos.episodes["start"] + demos.episodes["length"]

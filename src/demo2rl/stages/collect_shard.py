@@ -20,12 +20,14 @@ def collect_shard(
     n_shards: int,
     seed: int,
     n_envs: int,
+    codec: str,
     run: Run,
 ) -> None:
     """Collect one shard of expert episodes and write it.
 
     ``n_envs`` (envs stepped as one batch) changes speed, never the episodes: each episode's seed
-    is fixed by its index, so it is a rule resource, not a param.
+    is fixed by its index. ``codec`` compresses image observations (size and speed, never the
+    data or its content hash). Both are rule resources, not params.
     """
     assert task.expert is not None, "collection needs the task's expert"
     demos = collect.collect_shard(
@@ -36,7 +38,9 @@ def collect_shard(
         base_seed=seed,
         episodes=collect.shard_episodes(n_episodes, n_shards, shard),
         n_envs=n_envs,
+        frame_stack=task.frame_stack,
+        expert_input=task.expert.input,
     )
-    digest = dataset.write(out, demos)
+    digest = dataset.write(out, demos, codec=codec)
     run.log_metrics(collect.dataset_metrics(demos))
     run.log_dataset(out, digest, context="collected")

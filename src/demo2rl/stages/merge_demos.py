@@ -11,15 +11,23 @@ if TYPE_CHECKING:
 
 
 def merge_demos(
-    *, shards: list[str], out: str, n_episodes: int, valid_fraction: float, run: Run
+    *,
+    shards: list[str],
+    out: str,
+    n_episodes: int,
+    valid_fraction: float,
+    codec: str,
+    run: Run,
 ) -> None:
-    """Verify and merge the shards into the dataset with its split and statistics."""
-    merged = dataset.merge(
-        [dataset.read(path, verify=True) for path in shards],
-        shards,
-        n_episodes=n_episodes,
-        valid_fraction=valid_fraction,
+    """Verify and merge the shards into the dataset with its split and statistics.
+
+    The shards stream into ``out`` block by block (:func:`demo2rl.dataset.merge_files`): memory
+    stays at a few blocks of frames whatever the dataset's size. ``codec`` compresses image
+    observations; it changes size and speed, never the data or its content hash, so it is a rule
+    resource, not a param.
+    """
+    digest = dataset.merge_files(
+        shards, out, n_episodes=n_episodes, valid_fraction=valid_fraction, codec=codec
     )
-    digest = dataset.write(out, merged)
-    run.log_metrics(collect.dataset_metrics(merged))
+    run.log_metrics(collect.dataset_metrics(dataset.read_tables(out)))
     run.log_dataset(out, digest, context="merged")
