@@ -86,12 +86,13 @@ CODECS = ("gzip", "lzf", "none")
 DEFAULT_CODEC = "gzip"
 GZIP_LEVEL = 4
 """gzip level of image columns, by measurement (docs/dataset.md): against level 1, 1.35x smaller on
-racing-like 48x48x1 frames and 1.4x on noisier 64x64x3 ones, reads as fast or faster, and writes
-at 0.6-0.8x its speed (70-240 MiB/s, far above any collection rate); level 6 halved the write speed
-again for 5% on the noisy frames."""
+racing-like 48x48x1 frames and 1.4x on noisier 64x64x3 ones, as fast to read, 0.6-0.75x the write
+speed (231 and 72 MiB/s of frames per CPU second: a small part of any collection's time). Level 6
+is 1.7x smaller again on the racing-like frames, which are tiny already, but only 5% on the noisy
+ones, where size matters, at 0.55-0.85x the write speed."""
 IMAGE_CHUNK_ROWS = 64
-"""Frames per chunk of an image column, by measurement (docs/dataset.md): 0.6% larger files than
-128-frame chunks at the same block-read speed, and twice as fast for single-frame reads."""
+"""Frames per chunk of an image column, by measurement (docs/dataset.md): files 0.6-1.7% larger than
+with 128- or 256-frame chunks, the same block-read speed, single frames read twice as fast."""
 COPY_BYTES = 4 << 20
 """Target size of one block of rows (whole chunks) that the merge copies and the hash reads."""
 STREAMING = {"rdcc_nbytes": 0}
