@@ -125,7 +125,9 @@ def _train_and_evaluate(
         if last not in node:
             raise KeyError(f"{name}: the {init} arm reads no rl key {dotted!r}")
         node[last] = value
-    task = config_lib.TaskConfig.of({k: config["task"][k] for k in ("env_id", "env_kwargs", "frame_stack")})
+    task = config_lib.TaskConfig.of(
+        {k: config["task"][k] for k in ("env_id", "env_kwargs", "frame_stack")}
+    )
     evaluate = config_lib.EvaluateConfig.of(config["evaluate"])
     with tempfile.TemporaryDirectory() as state_dir:
         spec = rl.RLJob(

@@ -78,7 +78,7 @@ def test_state_info_is_the_camera_free_observation(mode):
     ref = RacingVectorEnv(n, autoreset_mode=mode, **kw)
     _, info_c = cam.reset(seed=5)
     obs_r, info_r = ref.reset(seed=5)
-    assert "state" not in info_r and "_state" not in info_r
+    assert np.array_equal(info_r["state"], obs_r)  # without a camera: the observation itself
     assert np.array_equal(info_c["state"], obs_r) and info_c["_state"].all()
     finals = 0
     for t in range(100):
@@ -101,7 +101,7 @@ def test_single_env_state_and_reset_info():
     env, ref = RacingEnv(camera=48), RacingEnv()
     obs, info = env.reset(seed=9)
     obs_r, info_r = ref.reset(seed=9)
-    assert "state" not in info_r
+    assert np.array_equal(info_r["state"], obs_r)
     assert info["state"].shape == (OBS_DIM,) and np.array_equal(info["state"], obs_r)
     for _ in range(30):
         a = pure_pursuit(info["state"])
@@ -228,11 +228,12 @@ def test_camera_kwargs_checked_and_default_unchanged():
         RacingEnv(camera=48, camera_view=0.0)
     env = RacingEnv()
     assert env.core.camera is None and env.observation_space.shape == (OBS_DIM,)
-    _, info = env.reset(seed=0)
-    assert "state" not in info
-    _, _, _, _, info = env.step(np.zeros(2, dtype=np.float32))
-    assert "state" not in info
+    obs, info = env.reset(seed=0)
+    assert np.array_equal(info["state"], obs)  # the state is in every info, camera or not
+    obs, _, _, _, info = env.step(np.zeros(2, dtype=np.float32))
+    assert np.array_equal(info["state"], obs)
     sb3 = RacingVecEnv(2)
-    sb3.reset()
-    assert "state" not in sb3.reset_infos[0]
-    assert "state" not in sb3.step(np.zeros((2, 2), dtype=np.float32))[3][0]
+    first = sb3.reset()
+    np.testing.assert_array_equal(sb3.reset_infos[0]["state"], first[0])
+    obs, _, _, infos = sb3.step(np.zeros((2, 2), dtype=np.float32))
+    np.testing.assert_array_equal(infos[1]["state"], obs[1])

@@ -120,7 +120,9 @@ SPECIAL_VALUES: dict[str, Any] = {
     "task.env_kwargs": {"max_steps": 151},
     "task.expert.entry_point": "user_expert:careful_pursuit",  # a user's module (tests/)
     "task.expert.kwargs": {"margin": 0.6},
+    "task.expert.input": "info.state",  # Racing-v0's infos carry its state (camera or not)
     "policy.net_arch": [32, 32],
+    "rl.device": "cuda",  # (auto is the CPU for the test config's MLP: the same run as cpu)
     "rl.seeds": [0, 1],
     "rl.inits": ["bc", "residual", "scratch"],  # an arm fewer: only what compares the arms reruns
     "rl.vec_env": "dummy",  # (native is what auto picks for Racing-v0: the same run)

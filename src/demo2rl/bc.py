@@ -43,6 +43,9 @@ from demo2rl.policy import ObsTransform, actor_parameters, build_policy, resolve
 log = logging.getLogger(__name__)
 
 EVAL_BATCH = 8192
+"""Rows per forward pass of the validation NLL (vectors: few, large passes are fastest)."""
+IMAGE_EVAL_BATCH = 256
+"""The same for images, whose CNN activations for 8192 frames would take hundreds of MiB."""
 
 
 @dataclasses.dataclass
@@ -183,7 +186,8 @@ def _train(
             policy, optimizer, batches, ent_coef=cfg.ent_coef, l2_coef=cfg.l2_coef
         )
         train_seconds = time.perf_counter() - epoch_start
-        valid_nll = evaluate_nll(policy, valid) if valid.n else math.nan
+        eval_batch = IMAGE_EVAL_BATCH if data.images else EVAL_BATCH
+        valid_nll = evaluate_nll(policy, valid, eval_batch) if valid.n else math.nan
         record = {
             "epoch": epoch,
             "train_nll": train_nll,
@@ -262,12 +266,15 @@ def train_epoch(
     return (float(nll_sum) / n if n else math.nan), n  # one device sync per epoch
 
 
-def evaluate_nll(policy: ActorCriticPolicy, loader: bc_data.Loader) -> float:
-    """Mean NLL of the loader's actions under the policy (no gradients, eval mode)."""
+def evaluate_nll(
+    policy: ActorCriticPolicy, loader: bc_data.Loader, batch: int = EVAL_BATCH
+) -> float:
+    """Mean NLL of the loader's actions under the policy (no gradients, eval mode), ``batch``
+    rows per forward pass."""
     policy.eval()
     total = torch.zeros((), dtype=torch.float64, device=policy.device)
     with torch.no_grad():
-        for obs, actions in loader.batches(EVAL_BATCH, None):
+        for obs, actions in loader.batches(batch, None):
             total += -policy.get_distribution(obs).log_prob(actions).double().sum()
     policy.train()
     return float(total) / loader.n

@@ -23,9 +23,11 @@ The lookahead points lie on the centreline at arc distances ``j * LOOKAHEAD_SPAC
 
 Camera mode (env kwarg ``camera=N`` > 0, default 0): the observation is instead an ``N x N x 1``
 uint8 top-down chase view of the car with a speed bar (``camera_view`` metres across; layout and
-cost in envs/camera.py), and every info (reset and step, every adapter) also carries the state
-vector above as ``"state"``: float32 ``(OBS_DIM,)`` per car, ``(N, OBS_DIM)`` in the vector
-envs (privileged state for experts that drive from it). With ``camera=0`` there is no "state".
+cost in envs/camera.py), and the state vector above is what every info (reset and step, every
+adapter) carries as ``"state"``: float32 ``(OBS_DIM,)`` per car, ``(N, OBS_DIM)`` in the
+vector envs, privileged state for experts that drive from it (``task.expert.input:
+info.state``). Infos carry it without a camera too (it then equals the observation), so that an
+expert reading it works with the camera on or off.
 
 Seeding: ``reset(seed=s)`` builds the track from seed ``s`` (the car always starts at arc length 0
 on the centreline, aligned, at rest) and reseeds that car's generator with ``s``. Unseeded resets
@@ -318,7 +320,7 @@ class RacingCore:
         return out.astype(np.float32)
 
     def info_arrays(self) -> dict[str, np.ndarray]:
-        """Per-car info values as arrays of shape (N,); with a camera also "state" (N, OBS_DIM)."""
+        """Per-car info values as arrays of shape (N,), and "state" (N, OBS_DIM)."""
         arrays = {
             "speed": self.speed.copy(),
             "progress": self.progress.copy(),
@@ -327,13 +329,12 @@ class RacingCore:
             "off_track": np.abs(self.lateral) > self.params.half_width,
             "track_seed": self.track_seed.copy(),
         }
-        if self.camera is not None:
-            arrays["state"] = self.observe_state()
+        arrays["state"] = self.observe_state()
         return arrays
 
     def info(self, i: int) -> dict[str, Any]:
         """Info dict of car ``i`` with Python scalars; ``lap_time`` only once a lap is done;
-        with a camera also "state", the car's state vector (float32 (OBS_DIM,))."""
+        "state", the car's state vector (float32 (OBS_DIM,))."""
         info = {
             "speed": float(self.speed[i]),
             "progress": float(self.progress[i]),
@@ -343,8 +344,7 @@ class RacingCore:
         }
         if not np.isnan(self.lap_time[i]):  # NaN would break equality checks (check_env)
             info["lap_time"] = float(self.lap_time[i])
-        if self.camera is not None:
-            info["state"] = self.observe_state()[i]
+        info["state"] = self.observe_state()[i]
         return info
 
     def render(self, i: int, size: int = 400) -> np.ndarray:

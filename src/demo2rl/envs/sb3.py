@@ -23,11 +23,11 @@ class RacingVecEnv(VecEnv):
     from termination. ``seed(s)`` gives car i the seed ``s + i`` at the next ``reset()``.
     Rewards are float64 (bitwise equal to the gymnasium adapters').
 
-    With the ``camera`` kwarg, observations are uint8 images and every info dict (step infos and
-    ``reset_infos``) also holds ``"state"``, the car's state vector (float32 (OBS_DIM,)).
+    With the ``camera`` kwarg, observations are uint8 images. Every info dict (step infos and
+    ``reset_infos``) holds ``"state"``, the car's state vector (float32 (OBS_DIM,)).
 
     There are no sub-env objects: ``get_attr`` returns per-car values for the info keys
-    (speed, progress, laps, lap_time, off_track, track_seed; and state with a camera) and
+    (speed, progress, laps, lap_time, off_track, track_seed; and state) and
     otherwise the shared attribute of this env for every index; ``set_attr`` sets a shared
     attribute (all indices only); ``env_method("render")`` renders each indexed car, other
     methods are called once on this env and their result repeated per index.
@@ -67,13 +67,12 @@ class RacingVecEnv(VecEnv):
         columns = [arrays[key].tolist() for key in _PER_CAR]
         infos = [dict(zip(_PER_CAR, values, strict=True)) for values in zip(*columns, strict=True)]
         time_limit = (truncated & ~terminated).tolist()
-        state = arrays.get("state")  # camera mode only
+        state = arrays["state"]
         for i, info in enumerate(infos):
             info["TimeLimit.truncated"] = time_limit[i]
             if info["lap_time"] != info["lap_time"]:  # NaN: no lap yet, as in RacingEnv
                 del info["lap_time"]
-            if state is not None:
-                info["state"] = state[i]
+            info["state"] = state[i]
         if done.any():
             idx = np.flatnonzero(done)
             for i in idx:
@@ -100,7 +99,7 @@ class RacingVecEnv(VecEnv):
         if attr_name in _PER_CAR:
             values = self.core.info_arrays()[attr_name]
             return [values[i].item() for i in idx]
-        if attr_name == "state" and self.core.camera is not None:
+        if attr_name == "state":
             values = self.core.observe_state()
             return [values[i] for i in idx]
         value = getattr(self, attr_name)
