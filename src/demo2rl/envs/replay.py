@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from demo2rl import tasks
+
 # the env draws with it (a deferred import there): imported here, it is in plot_racing's fingerprint
 from demo2rl.envs import render as _drawing  # noqa: F401
 from demo2rl.envs.tracks import Track
