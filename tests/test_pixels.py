@@ -234,3 +234,21 @@ def test_every_arm_starts_from_the_cnn_clone_and_trains(pixels, tmp_path):
         result = rl.train_rl(spec, key=train_rl_stage.run_key(spec, "demos", "clone"))
         assert result.timesteps == 256 and isinstance(result.normalizer, policy.ImageObs)
         assert np.isfinite(result.evaluations[-1]["return_mean"])
+
+
+def test_frames_are_gathered_batch_by_batch_into_the_batches_a_shuffled_copy_gives():
+    """Frames skip the epoch's shuffled copy (half the RAM) and still make the same batches, in
+    the same order, that the whole-split gather makes of vectors; kept batches stay intact."""
+    frames = torch.randint(0, 256, (50, 1, 3, 3), dtype=torch.uint8)
+    actions = torch.randn(50, 2)
+    cpu = torch.device("cpu")
+    per_batch = bc_data.MemoryLoader(frames, actions, cpu)
+    whole = bc_data.MemoryLoader(frames.float(), actions, cpu)
+    assert per_batch.per_batch and not whole.per_batch
+    assert per_batch._obs_buf.numel() == 0  # no copy of the split
+    got = list(per_batch.batches(8, torch.Generator().manual_seed(4)))
+    want = list(whole.batches(8, torch.Generator().manual_seed(4)))
+    assert len(got) == len(want) == 7
+    for (obs, act), (obs_w, act_w) in zip(got, want, strict=True):
+        assert obs.dtype == torch.uint8
+        assert torch.equal(obs.float(), obs_w) and torch.equal(act, act_w)

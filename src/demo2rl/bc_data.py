@@ -127,14 +127,13 @@ class SplitDataset:
         return ObsNormalizer(mean, m2 / count, clip_obs, OBS_EPSILON)
 
     def bytes_needed(self) -> int:
-        """RAM the in-memory path needs: the tensors (float32 observations, or uint8 frames as
-        they are stored) and their shuffled copy; for vectors also the raw columns read whole."""
-        obs_bytes = 1 if self.images else 4
-        row = obs_bytes * math.prod(self.observations.shape[1:])
-        row += 4 * math.prod(self.actions.shape[1:])
-        raw = 0
-        if not self.images and not isinstance(self.observations, np.ndarray):
-            raw = len(self.train_mask) * row
+        """RAM the in-memory path needs: for vectors the float32 tensors, their shuffled copy
+        and the raw columns read whole; for images the uint8 frames once."""
+        if self.images:  # uint8 frames, gathered batch by batch (MemoryLoader): held once
+            row = math.prod(self.observations.shape[1:]) + 4 * math.prod(self.actions.shape[1:])
+            return int((self.train_mask | self.valid_mask).sum()) * row
+        row = 4 * (math.prod(self.observations.shape[1:]) + math.prod(self.actions.shape[1:]))
+        raw = 0 if isinstance(self.observations, np.ndarray) else len(self.train_mask) * row
         return int(self.train_mask.sum()) * row * 2 + int(self.valid_mask.sum()) * row + raw
 
     @property
@@ -245,7 +244,12 @@ def _to_tensors(
 
 
 class MemoryLoader:
-    """The whole split as tensors; an epoch is one randperm gather and contiguous slices."""
+    """The whole split as tensors; an epoch is one randperm gather and contiguous slices.
+
+    Frames (uint8 images) are gathered batch by batch instead, into two alternating (pinned)
+    batch buffers: a shuffled copy of the whole split would double the RAM frames take, and a
+    gather of a batch costs nothing beside a CNN's step. The batches are the same rows either
+    way, so results do not depend on which."""
 
     def __init__(self, obs: torch.Tensor, actions: torch.Tensor, device: torch.device) -> None:
         self.n = len(obs)
@@ -253,8 +257,10 @@ class MemoryLoader:
         pin = device.type == "cuda"
         self.obs = obs.pin_memory() if pin else obs
         self.actions = actions.pin_memory() if pin else actions
+        self.per_batch = obs.dtype == torch.uint8
         # the shuffled copy each epoch is gathered into (pinned too, so copies are async)
-        self._obs_buf = torch.empty(self.obs.shape, dtype=self.obs.dtype, pin_memory=pin)
+        shape = (0, *self.obs.shape[1:]) if self.per_batch else self.obs.shape
+        self._obs_buf = torch.empty(shape, dtype=self.obs.dtype, pin_memory=pin)
         self._act_buf = torch.empty(self.actions.shape, dtype=self.actions.dtype, pin_memory=pin)
 
     def batches(
@@ -266,6 +272,9 @@ class MemoryLoader:
             if self.device.type == "cuda":  # last epoch's async copies may still read the buffer
                 torch.cuda.current_stream(self.device).synchronize()
             perm = torch.randperm(self.n, generator=generator)
+            if self.per_batch:
+                yield from self._gathered(perm, batch_size)
+                return
             obs = torch.index_select(self.obs, 0, perm, out=self._obs_buf)
             actions = torch.index_select(self.actions, 0, perm, out=self._act_buf)
         for start in range(0, self.n, batch_size):
@@ -273,6 +282,33 @@ class MemoryLoader:
                 obs[start : start + batch_size].to(self.device, non_blocking=True),
                 actions[start : start + batch_size].to(self.device, non_blocking=True),
             )
+
+    def _gathered(
+        self, perm: torch.Tensor, batch_size: int
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Batches of the rows ``perm`` names, each gathered into one of two batch buffers;
+        with CUDA a buffer is refilled only once the copy out of it has finished."""
+        cuda = self.device.type == "cuda"
+        buffers = [
+            torch.empty((batch_size, *self.obs.shape[1:]), dtype=self.obs.dtype, pin_memory=cuda)
+            for _ in range(2)
+        ]
+        copied: list[torch.cuda.Event | None] = [None, None]
+        actions = torch.index_select(self.actions, 0, perm, out=self._act_buf)
+        for k, start in enumerate(range(0, self.n, batch_size)):
+            rows = perm[start : start + batch_size]
+            event = copied[k % 2]
+            if event is not None:
+                event.synchronize()
+            buffer = buffers[k % 2][: len(rows)]
+            torch.index_select(self.obs, 0, rows, out=buffer)
+            obs = buffer.to(self.device, non_blocking=True)
+            if cuda:
+                copied[k % 2] = torch.cuda.Event()
+                copied[k % 2].record()
+            else:
+                obs = obs.clone()  # the buffer is reused while the caller may keep the batch
+            yield obs, actions[start : start + batch_size].to(self.device, non_blocking=True)
 
 
 class StreamLoader:
