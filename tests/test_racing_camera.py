@@ -56,7 +56,7 @@ def test_observations_in_space(size):
     assert frames.dtype == np.uint8 and frames.shape == (121, 4, size, size, 1)
     assert all(space.contains(f) for f in frames.reshape(-1, size, size, 1)[::7])
     assert states.dtype == np.float32 and states.shape == (121, 4, OBS_DIM)
-    view = frames[:, :, : -camera.BAR_ROWS]
+    view = frames[:, :, : -camera.bar_rows(size)]
     assert set(np.unique(view)) == {camera.GRASS, camera.TRACK}
     assert any(info["off_track"].any() for info in infos)  # frames seen off the track too
 
@@ -128,7 +128,7 @@ def test_track_geometry_and_orientation():
             r = int(np.floor((1 - camera.CAR_HEIGHT) * size - fx / m))
             c = int(np.floor(size / 2 - ly / m))
             c_mirror = int(np.floor(size / 2 + ly / m))
-            if not (0 <= r < size - camera.BAR_ROWS and 0 <= c < size):
+            if not (0 <= r < size - camera.bar_rows(size) and 0 <= c < size):
                 continue
             assert obs[r, c, 0] == camera.TRACK
             on += 1
@@ -150,7 +150,7 @@ def test_speed_bar_grows_with_speed():
     bars, speeds = [], []
     for _ in range(40):
         obs, *_, info = env.step(np.array([0.0, 1.0], dtype=np.float32))
-        bar = obs[size - camera.BAR_ROWS :, :, 0].astype(np.int64)
+        bar = obs[size - camera.bar_rows(size) :, :, 0].astype(np.int64)
         assert np.array_equal(bar[0], bar[1])
         bars.append(bar[0])
         speeds.append(info["speed"])
@@ -163,7 +163,7 @@ def test_speed_bar_grows_with_speed():
         assert np.all(b[:full] == 255) and np.all(b[full + 1 :] == 0)
     env.reset(seed=2)
     obs, _ = env.reset(seed=2)
-    assert not obs[size - camera.BAR_ROWS :].any()  # at rest: empty bar
+    assert not obs[size - camera.bar_rows(size) :].any()  # at rest: empty bar
 
 
 def test_three_adapters_give_identical_frames():
