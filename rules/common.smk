@@ -4,8 +4,6 @@
 # the code it runs). Settings that change speed only (envs stepped together, checkpoint spacing)
 # are `resources:` instead, which rerun nothing. config/schema.yaml says, per key, which rules
 # read it (`x-read-by`); tests/test_rerun_matrix.py checks that against Snakemake's plan.
-from pathlib import Path
-
 from snakemake.exceptions import WorkflowError
 
 from demo2rl import (
@@ -35,9 +33,7 @@ config["rl"]["vec_env"] = vec_kinds.resolve_vec_env(
 )
 # `rl.device: auto` as it runs: CUDA for a CNN policy where this machine has an NVIDIA GPU (the
 # job then requests the `gpu` resource), else the CPU, where small MLPs train fastest
-if config["rl"]["device"] == "auto":
-    gpu_here = PROBE.images and Path("/proc/driver/nvidia/gpus").is_dir()
-    config["rl"]["device"] = "cuda" if gpu_here else "cpu"
+config["rl"]["device"] = config_checks.rl_device(config["rl"]["device"], PROBE.images)
 
 # params compare as text: sort the config's keys, so that their order in a file never counts
 _canonical = config_checks.canonical(config)

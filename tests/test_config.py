@@ -187,3 +187,14 @@ def test_every_schema_leaf_has_a_description():
             elif not str(entry.get("description") or "").strip():
                 missing.append(f"{prefix}{key}")
     assert not missing, f"schema keys without a description in {config.SCHEMA}: {sorted(missing)}"
+
+
+def test_rl_device_auto_is_cuda_only_for_a_cnn_on_a_machine_with_an_nvidia_gpu(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(config, "NVIDIA_GPUS", tmp_path / "none")
+    assert config.rl_device("auto", images=True) == "cpu"
+    monkeypatch.setattr(config, "NVIDIA_GPUS", tmp_path)  # a directory: the driver lists GPUs
+    assert config.rl_device("auto", images=True) == "cuda"
+    assert config.rl_device("auto", images=False) == "cpu"  # MLPs: fastest on the CPU
+    assert config.rl_device("cuda:1", images=False) == "cuda:1"  # spelled out: as it is

@@ -323,6 +323,20 @@ RULE_ONLY_KEYS = ("rl.seeds", "rl.inits", "rl.checkpoint_every")
 # checks beyond the schema
 
 
+NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")
+"""Where the NVIDIA driver lists this machine's GPUs (read without importing torch)."""
+
+
+def rl_device(device: str, images: bool) -> str:
+    """``rl.device`` as it runs: ``auto`` is CUDA for a CNN policy (``images``) where this
+    machine has an NVIDIA GPU, else the CPU, where small MLPs train fastest; any other value
+    as it is. The workflow resolves it when it reads its config, so that spelling out the same
+    choice reruns nothing; a job that asks for CUDA then requests the ``gpu`` resource."""
+    if device != "auto":
+        return device
+    return "cuda" if images and NVIDIA_GPUS.is_dir() else "cpu"
+
+
 def check(config: Mapping[str, Any]) -> None:
     """Raise ConfigError for the first value the workflow cannot use (after schema validation)."""
     task = config["task"]
