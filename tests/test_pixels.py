@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 from stable_baselines3.common.preprocessing import is_image_space, is_image_space_channels_first
-from test_rl import RL_CFG, job
+from test_rl import RL_CFG, dataset_and_clone, job
 
 from demo2rl import (
     acting,
@@ -22,7 +22,6 @@ from demo2rl import (
     bc,
     bc_data,
     checkpoints,
-    collect,
     dataset,
     policy,
     rl,
@@ -42,32 +41,17 @@ POLICY_CFG = configs.policy(cnn="small", net_arch=[32])
 def pixels(tmp_path_factory) -> tuple[Path, Path]:
     """A pixel dataset (12 episodes of 16x16 frames, 2 stacked, the expert reading the state)
     and a CNN clone trained on it."""
-    tmp = tmp_path_factory.mktemp("pixels")
-    shard = collect.collect_shard(
-        env_id="Racing-v0",
-        env_kwargs=CAMERA,
-        expert_entry_point=EXPERT,
-        expert_kwargs={},
-        base_seed=0,
-        episodes=range(12),
-        n_envs=4,
-        frame_stack=2,
-        expert_input="info.state",
-    )
-    demos = dataset.merge([shard], ["shard0"], n_episodes=12, valid_fraction=0.25)
-    dataset.write(tmp / "demos.h5", demos)
-    cfg = configs.bc(device="cpu", batch_size=64, max_epochs=3, patience=3)
-    result = bc.train_bc(tmp / "demos.h5", policy_cfg=POLICY_CFG, bc_cfg=cfg, seed=0, threads=1)
-    checkpoints.save_checkpoint(
-        tmp / "bc.pt",
-        result.policy,
-        result.normalizer,
+    return dataset_and_clone(
+        tmp_path_factory.mktemp("pixels"),
+        *TASK,
+        EXPERT,
+        12,
         policy_cfg=POLICY_CFG,
-        observation_space=result.observation_space,
-        action_space=result.action_space,
-        meta={"dataset_hash": dataset.read_attrs(tmp / "demos.h5")["content_hash"]},
+        collect_kwargs={"frame_stack": 2, "expert_input": "info.state"},
+        batch_size=64,
+        max_epochs=3,
+        patience=3,
     )
-    return tmp / "demos.h5", tmp / "bc.pt"
 
 
 @pytest.mark.parametrize(

@@ -67,10 +67,19 @@ def typed(init: str, rl_cfg: dict) -> config.RLConfig:
 
 
 def dataset_and_clone(
-    tmp: Path, env_id: str, env_kwargs: dict, expert: str, n_episodes: int, **bc_cfg
+    tmp: Path,
+    env_id: str,
+    env_kwargs: dict,
+    expert: str,
+    n_episodes: int,
+    *,
+    policy_cfg: config.PolicyConfig = POLICY_CFG,
+    collect_kwargs: dict | None = None,
+    **bc_cfg,
 ) -> tuple[Path, Path]:
     """A real dataset of ``n_episodes`` expert episodes (a quarter or less held out) and a BC
-    checkpoint trained on it, recording the dataset's hash as the workflow's does."""
+    checkpoint trained on it, recording the dataset's hash as the workflow's does;
+    ``collect_kwargs`` go to the collection (e.g. frame stacking, the expert's input)."""
     shard = collect.collect_shard(
         env_id=env_id,
         env_kwargs=env_kwargs,
@@ -79,17 +88,18 @@ def dataset_and_clone(
         base_seed=0,
         episodes=range(n_episodes),
         n_envs=16,
+        **(collect_kwargs or {}),
     )
     valid = 0.125 if n_episodes >= 32 else 0.25
     demos = dataset.merge([shard], ["shard0"], n_episodes=n_episodes, valid_fraction=valid)
     dataset.write(tmp / "demos.h5", demos)
     cfg = configs.bc(device="cpu", **bc_cfg)
-    result = bc.train_bc(tmp / "demos.h5", policy_cfg=POLICY_CFG, bc_cfg=cfg, seed=0, threads=1)
+    result = bc.train_bc(tmp / "demos.h5", policy_cfg=policy_cfg, bc_cfg=cfg, seed=0, threads=1)
     checkpoints.save_checkpoint(
         tmp / "bc.pt",
         result.policy,
         result.normalizer,
-        policy_cfg=POLICY_CFG,
+        policy_cfg=policy_cfg,
         observation_space=result.observation_space,
         action_space=result.action_space,
         meta={"dataset_hash": dataset.read_attrs(tmp / "demos.h5")["content_hash"]},
