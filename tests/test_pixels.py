@@ -117,6 +117,15 @@ def test_a_privileged_expert_reads_the_state_while_the_data_holds_frames():
     assert pixels_run[0]["observations"].dtype == np.uint8
 
 
+def test_an_info_key_the_env_does_not_report_stops_the_rollout_naming_it():
+    expert = tasks.load_expert(EXPERT)
+    with pytest.raises(rollout.RolloutError) as caught:
+        rollout.run_episodes(*TASK, expert, [3], n_envs=1, policy_input="info.speeds")
+    message = str(caught.value)
+    assert "'Racing-v0' reports no info['speeds'] at reset" in message
+    assert "its info has: " in message and "state" in message and "_state" not in message
+
+
 def test_bc_keeps_frames_uint8_and_streams_them_as_it_holds_them(pixels):
     demos_path, _ = pixels
     with bc_data.open_split_dataset(demos_path) as data:

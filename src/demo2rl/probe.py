@@ -22,7 +22,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from demo2rl import arms, tasks, vec_kinds
+from demo2rl import arms, rollout, tasks, vec_kinds
 from demo2rl.config import ConfigError
 
 log = logging.getLogger(__name__)
@@ -68,20 +68,18 @@ def probe_task(config: Mapping[str, Any]) -> Probe:
     )
     frame_stack = task["frame_stack"]
     try:
-        raw = tasks.make_env(env_id, env_kwargs)
-        raw_space = raw.observation_space
-        raw.close()
-    except Exception as err:  # a user's env: anything can go wrong in its constructor
-        raise ConfigError("task.env_kwargs", f"making {env_id!r} failed: {_describe(err)}") from err
-    check_observation_space(raw_space, env_id)  # before stacking: what the env itself gives
-    try:
+        if frame_stack > 1:  # the env's own observations first: stacking reshapes them
+            check_observation_space(tasks.spaces(env_id, env_kwargs)[0], env_id)
         env = tasks.make_vector_env(
             env_id, env_kwargs, BATCH, AutoresetMode.DISABLED, frame_stack=frame_stack
         )
-    except Exception as err:
+    except ConfigError:
+        raise
+    except Exception as err:  # a user's env: anything can go wrong in its constructor
         raise ConfigError("task.env_kwargs", f"making {env_id!r} failed: {_describe(err)}") from err
     try:
         obs_space, act_space = env.single_observation_space, env.single_action_space
+        check_observation_space(obs_space, env_id)
         check_action_space(act_space, env_id)
         obs, info = env.reset(seed=list(range(BATCH)))
     except ConfigError:
@@ -91,7 +89,7 @@ def probe_task(config: Mapping[str, Any]) -> Probe:
     finally:
         env.close()
     check_encoder(obs_space, config["policy"]["cnn"])
-    reads, what = _expert_input(expert_cfg.get("input", "observation"), obs, info, env_id)
+    reads, what = _expert_input(expert_cfg["input"], obs, info, env_id)
     expert = tasks.load_expert(expert_cfg["entry_point"], expert_cfg.get("kwargs"))
     try:
         actions = expert(reads)
@@ -188,17 +186,15 @@ def check_encoder(space: gym.Space, cnn: str) -> None:
 def _expert_input(
     expert_input: str, obs: np.ndarray, info: Mapping[str, Any], env_id: str
 ) -> tuple[np.ndarray, str]:
-    """What the expert reads at reset (``task.expert.input``), and what to call it in errors."""
-    if expert_input == "observation":
-        return obs, "observations"
+    """What the expert reads at reset (``task.expert.input``, read as the rollouts read it),
+    and what to call it in errors."""
+    try:
+        value = rollout.policy_reader(expert_input, env_id)(obs, info, "at reset")
+    except rollout.RolloutError as err:
+        raise ConfigError("task.expert.input", str(err)) from None
+    if expert_input == rollout.OBSERVATION:
+        return value, "observations"
     key = expert_input.partition(".")[2]
-    if key not in info:
-        raise ConfigError(
-            "task.expert.input",
-            f"{env_id!r} reports no info[{key!r}] at reset (its info has: "
-            f"{', '.join(k for k in sorted(info) if not k.startswith('_')) or 'nothing'})",
-        )
-    value = np.asarray(info[key])
     if value.dtype == object or value.shape[:1] != (BATCH,):
         raise ConfigError(
             "task.expert.input",

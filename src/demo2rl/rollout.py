@@ -57,7 +57,7 @@ def run_episodes(
     n = len(episode_seeds)
     batch = min(n_envs, n)
     env = tasks.make_vector_env(env_id, env_kwargs, batch, AutoresetMode.DISABLED, frame_stack)
-    read = _reader(policy_input, env_id)
+    read = policy_reader(policy_input, env_id)
     space = env.single_action_space
     slot_episode = np.arange(batch)  # episode (position in episode_seeds) in each slot; -1: idle
     slot_step = np.zeros(batch, np.int64)  # steps taken in each slot's episode
@@ -69,7 +69,7 @@ def run_episodes(
         _check_finite(values, what, env_id, slots, slot_episode, slot_step, ids, episode_seeds)
 
     obs, info = env.reset(seed=[int(s) for s in episode_seeds[:batch]])
-    inputs = read(obs, info)
+    inputs = read(obs, info, "at reset")
     rows: dict[str, list[np.ndarray]] = {k: [] for k in (*dataset.STEP_KEYS, "episode")}
     final_obs = np.zeros((n, *env.single_observation_space.shape), obs.dtype)
     info_end: dict[str, np.ndarray] = {}
@@ -93,7 +93,7 @@ def run_episodes(
             _accumulate_info(step_sums, step_counts, info, slot_episode, n)
         ended = terminated | truncated  # idle slots end episodes too: they must be reset
         if not ended.any():
-            obs, inputs = next_obs, read(next_obs, info)
+            obs, inputs = next_obs, read(next_obs, info, "after a step")
             continue
         done = ended & (slot_episode >= 0)
         finished = slot_episode[done]
@@ -115,10 +115,10 @@ def run_episodes(
                 slot_episode[slot] = -1
         reset_mask = ended
         slot_step[reset_mask] = 0
-        step_inputs = read(next_obs, info)
+        step_inputs = read(next_obs, info, "after a step")
         obs, info = env.reset(seed=reset_seeds, options={"reset_mask": reset_mask})
         obs = np.where(reset_mask.reshape(-1, *[1] * (obs.ndim - 1)), obs, next_obs)
-        inputs = read(obs, info)
+        inputs = read(obs, info, "at reset")
         inputs = np.where(reset_mask.reshape(-1, *[1] * (inputs.ndim - 1)), inputs, step_inputs)
     env.close()
     for key, total in step_sums.items():
@@ -150,21 +150,25 @@ def run_episodes(
     return steps, episodes, info_end
 
 
-def _reader(
+def policy_reader(
     policy_input: str, env_id: str
-) -> Callable[[np.ndarray, Mapping[str, Any]], np.ndarray]:
-    """What the policy reads from a batch's (observations, info): see :func:`run_episodes`."""
+) -> Callable[[np.ndarray, Mapping[str, Any], str], np.ndarray]:
+    """``read(obs, info, when)``: what the policy reads from a vector env's batch of
+    observations and info (``policy_input``: see :func:`run_episodes`). A missing info key is a
+    :class:`RolloutError` naming the env, the key, ``when`` it was missing ("at reset" or
+    "after a step") and the keys the info has. The task probe reads the expert's input with it."""
     if policy_input == OBSERVATION:
-        return lambda obs, info: obs
+        return lambda obs, info, when: obs
     source, _, key = policy_input.partition(".")
     if source != "info" or not key:
         raise ValueError(f"policy input {policy_input!r} is neither 'observation' nor 'info.<key>'")
 
-    def read(obs: np.ndarray, info: Mapping[str, Any]) -> np.ndarray:
+    def read(obs: np.ndarray, info: Mapping[str, Any], when: str) -> np.ndarray:
         if key not in info:
+            has = ", ".join(k for k in sorted(info) if not k.startswith("_")) or "nothing"
             raise RolloutError(
-                f"{env_id} reported no info[{key!r}] for the expert to read (task.expert.input "
-                f"{policy_input!r}); its info has: {', '.join(sorted(info)) or 'nothing'}"
+                f"{env_id!r} reports no info[{key!r}] {when} for the expert to read "
+                f"(task.expert.input {policy_input!r}); its info has: {has}"
             )
         return np.asarray(info[key])
 
