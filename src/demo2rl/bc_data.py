@@ -19,7 +19,7 @@ import collections
 import concurrent.futures
 import contextlib
 import dataclasses
-import json
+import functools
 import logging
 import math
 import os
@@ -105,13 +105,22 @@ class SplitDataset:
     def actions(self) -> Any:
         return self.demos.steps["actions"]
 
+    @functools.cached_property
+    def observation_space(self) -> gym.Space:
+        """The observation space the dataset records."""
+        return dataset.space_from_description(self.demos.attrs["observation_space"])
+
+    @property
+    def images(self) -> bool:
+        """Whether the observations are images (kept uint8 all the way to the network)."""
+        return is_image(self.observation_space)
+
     def normalizer(self, clip_obs: float) -> ObsTransform:
         """Normalisation fitted on the training split (from the dataset's stats when present);
         for images the transform that leaves them uint8 (:class:`demo2rl.policy.ImageObs`)."""
         shape = self.observations.shape[1:]
-        space = dataset.space_from_description(self.demos.attrs["observation_space"])
-        if is_image(space):
-            return obs_transform(space, None, clip_obs)
+        if self.images:
+            return obs_transform(self.observation_space, None, clip_obs)
         stats = self.demos.stats or {}
         if "obs_mean" in stats and stats["obs_mean"].size == math.prod(shape):
             return ObsNormalizer.of_stats(stats, clip_obs, shape)
@@ -136,11 +145,6 @@ class SplitDataset:
         raw = 0 if isinstance(self.observations, np.ndarray) else len(self.train_mask) * row
         return int(self.train_mask.sum()) * row * 2 + int(self.valid_mask.sum()) * row + raw
 
-    @property
-    def images(self) -> bool:
-        """Whether the observations are images (kept uint8 all the way to the network)."""
-        return is_image(dataset.space_from_description(self.demos.attrs["observation_space"]))
-
     def load(
         self, mask: np.ndarray, normalizer: ObsTransform, act_space: gym.Space
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -152,28 +156,19 @@ class SplitDataset:
                 self._columns = (self.observations[()], self.actions[()])
             obs, actions = self._columns
             return _to_tensors(obs[mask], actions[mask], normalizer, act_space)
-        n, out, done = int(mask.sum()), None, 0
-        act_parts = []
+        empty = _to_tensors(self.observations[0:0], self.actions[0:0], normalizer, act_space)
+        obs = torch.empty((int(mask.sum()), *empty[0].shape[1:]), dtype=empty[0].dtype)
+        actions, done = [empty[1]], 0
         for a, b in _blocks(len(mask), _block_rows(self.observations)):
             keep = mask[a:b]
-            if not keep.any():
-                continue
-            obs_t, act_t = _to_tensors(
-                self.observations[a:b][keep], self.actions[a:b][keep], normalizer, act_space
-            )
-            if out is None:
-                out = torch.empty((n, *obs_t.shape[1:]), dtype=obs_t.dtype)
-            out[done : done + len(obs_t)] = obs_t
-            act_parts.append(act_t)
-            done += len(obs_t)
-        if out is None:  # an empty split (no validation episodes)
-            return _to_tensors(
-                np.asarray(self.observations[0:0]),
-                np.asarray(self.actions[0:0]),
-                normalizer,
-                act_space,
-            )
-        return out, torch.cat(act_parts)
+            if keep.any():
+                obs_t, act_t = _to_tensors(
+                    self.observations[a:b][keep], self.actions[a:b][keep], normalizer, act_space
+                )
+                obs[done : done + len(obs_t)] = obs_t
+                actions.append(act_t)
+                done += len(obs_t)
+        return obs, torch.cat(actions)
 
 
 @contextlib.contextmanager
@@ -191,12 +186,7 @@ def open_split_dataset(demos: Demos | str | os.PathLike[str]) -> Iterator[SplitD
         raise DatasetError(path, f"unreadable HDF5 file ({err})") from err
     with f:
         try:
-            if f.attrs.get("format") != dataset.FORMAT:
-                raise DatasetError(path, f"not a {dataset.FORMAT} file")
-            if f.attrs.get("format_version") != dataset.FORMAT_VERSION:
-                version = f.attrs.get("format_version")
-                raise DatasetError(path, f"format version {version}, not {dataset.FORMAT_VERSION}")
-            attrs = {k: _decode(v) for k, v in f.attrs.items()}
+            attrs = dataset.checked_attrs(path, f)
             steps = {k: f["steps"][k] for k in ("observations", "actions")}
             episodes = {k: f["episodes"][k][()] for k in ("start", "length")}
             split = {k: v[()] for k, v in f["split"].items()} if "split" in f else None
@@ -221,15 +211,6 @@ def _split_dataset(name: str, demos: Demos) -> SplitDataset:
     if not masks["train"].any():
         raise DatasetError(name, "the training split is empty")
     return SplitDataset(name, demos, masks["train"], masks["valid"])
-
-
-def _decode(value: Any) -> Any:
-    if isinstance(value, bytes):
-        value = value.decode()
-    if isinstance(value, str) and value[:1] in "[{":
-        with contextlib.suppress(json.JSONDecodeError):
-            return json.loads(value)
-    return value.item() if isinstance(value, np.generic) else value
 
 
 def _to_tensors(

@@ -300,6 +300,18 @@ def _file_attrs(f: h5py.File) -> dict[str, Any]:
     return {k: _decode_attr(v) for k, v in f.attrs.items()}
 
 
+def checked_attrs(path: str | os.PathLike[str], f: h5py.File) -> dict[str, Any]:
+    """The attributes of an open dataset file (JSON values decoded), once its format and format
+    version are checked to be this module's; else a DatasetError naming ``path``."""
+    if f.attrs.get("format") != FORMAT:
+        raise DatasetError(path, f"not a {FORMAT} file (format={f.attrs.get('format')!r})")
+    if f.attrs.get("format_version") != FORMAT_VERSION:
+        raise DatasetError(
+            path, f"format version {f.attrs.get('format_version')}, expected {FORMAT_VERSION}"
+        )
+    return _file_attrs(f)
+
+
 Visitor = Callable[[str, str, np.ndarray], None]
 """Called with (group, key, block) for every block of rows the content hash reads."""
 
@@ -420,14 +432,7 @@ def _load(path: Path, step_keys: Sequence[str], episode_keys: Sequence[str]) -> 
         raise DatasetError(path, "no such dataset file")
     try:
         with h5py.File(path, "r") as f:
-            if f.attrs.get("format") != FORMAT:
-                raise DatasetError(path, f"not a {FORMAT} file (format={f.attrs.get('format')!r})")
-            if f.attrs.get("format_version") != FORMAT_VERSION:
-                raise DatasetError(
-                    path,
-                    f"format version {f.attrs.get('format_version')}, expected {FORMAT_VERSION}",
-                )
-            attrs = _file_attrs(f)
+            attrs = checked_attrs(path, f)
             n = len(f["steps/rewards"])
             for key in STEP_KEYS:  # every column's length, read or not
                 if len(f["steps"][key]) != n:
