@@ -37,13 +37,13 @@ import numpy as np
 import torch
 from gymnasium.wrappers.utils import rescale_box
 from stable_baselines3.common.policies import ActorCriticPolicy, BaseModel
-from stable_baselines3.common.preprocessing import is_image_space, is_image_space_channels_first
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor, NatureCNN
 from stable_baselines3.common.utils import ConstantSchedule
 from stable_baselines3.common.vec_env import VecTransposeImage
 from torch import nn
 
 from demo2rl.config import ConfigError, PolicyConfig
+from demo2rl.tasks import image_layout
 
 ObsTransform = Any
 """An observation transform: :class:`ObsNormalizer` (vectors) or :class:`ImageObs` (images);
@@ -92,16 +92,17 @@ def sb3_policy_kwargs(policy_cfg: PolicyConfig, observation_space: gym.Space) ->
 
 
 def is_image(space: gym.Space) -> bool:
-    """Whether the network reads ``space`` as images: stable-baselines3's own test (a 3-D uint8
-    Box with bounds exactly 0 and 255, channels on the smallest axis), so that BC, PPO and
-    evaluation agree with what SB3 does to the env (``VecTransposeImage``, scaling by 1/255)."""
-    return is_image_space(space, check_channels=False)
+    """Whether the network reads ``space`` as images: :func:`demo2rl.tasks.image_layout`, the
+    test stable-baselines3 applies (a 3-D uint8 Box with bounds exactly 0 and 255, channels on
+    the smallest axis), so that BC, PPO and evaluation agree with what SB3 does to the env
+    (``VecTransposeImage``, scaling by 1/255)."""
+    return image_layout(space) is not None
 
 
 def policy_observation_space(space: gym.Space) -> gym.Space:
     """The observation space the network reads: a channels-last image transposed to
     channels-first (as SB3's ``VecTransposeImage`` does before PPO), any other as it is."""
-    if is_image(space) and not is_image_space_channels_first(space):
+    if image_layout(space) == "HWC":
         assert isinstance(space, gym.spaces.Box)
         return VecTransposeImage.transpose_space(space)
     return space
@@ -163,8 +164,7 @@ def obs_transform(
     """The observation transform of a task: :class:`ImageObs` for images, else the frozen
     normalisation with a dataset's training-split statistics (:meth:`ObsNormalizer.of_stats`)."""
     if is_image(space):
-        assert isinstance(space, gym.spaces.Box)
-        return ImageObs(channels_last=not is_image_space_channels_first(space))
+        return ImageObs(channels_last=image_layout(space) == "HWC")
     if stats is None or "obs_mean" not in stats:
         raise ValueError("vector observations need the dataset's observation statistics")
     return ObsNormalizer.of_stats(stats, clip_obs, space.shape)
