@@ -5,12 +5,22 @@ The default store is a SQLite file under ``results/``, with the artifacts beside
 instead). The experiment is tagged as a model-training one (:data:`EXPERIMENT_KIND_TAG`); one
 deleted in the UI (MLflow's trash) is restored with a warning that says how to delete it for
 good, and one that cannot be restored is an error naming it.
+
+Creating a SQLite store (MLflow's migrations) from two processes at once corrupts it, so whoever
+opens the workflow's store first holds a file lock beside it (:func:`lock_store`): two
+invocations of the workflow (two experiments) sharing one ``results/`` take turns.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import json
 import logging
 import os
+import socket
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from mlflow.entities import Experiment, LifecycleStage
@@ -28,6 +38,9 @@ EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 """The experiment tag that picks the MLflow UI's view of an experiment (MLflow 3.x)."""
 MODEL_TRAINING_KIND = "custom_model_development"
 """Its value for model training (as opposed to GenAI development)."""
+STORE_LOCK_WAIT_S = 300.0
+"""How long a workflow's start waits for another one to finish creating or opening the SQLite
+store (a fresh store's migrations take seconds; on a loaded machine, tens of seconds)."""
 
 
 def default_tracking_uri(results_dir: str | os.PathLike[str] = "results") -> str:
@@ -38,6 +51,72 @@ def default_tracking_uri(results_dir: str | os.PathLike[str] = "results") -> str
 def tracking_uri(results_dir: str | os.PathLike[str] = "results") -> str:
     """``MLFLOW_TRACKING_URI`` if set, else the default store under ``results_dir``."""
     return os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri(results_dir)
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` tracking URI; None for any other store."""
+    return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
+
+
+class StoreBusy(RuntimeError):
+    """Another process has held the SQLite store's lock for longer than the wait."""
+
+
+@contextlib.contextmanager
+def lock_store(uri: str, purpose: str, wait: float | None = None) -> Iterator[None]:
+    """Hold an exclusive lock on the SQLite store of ``uri`` (the file ``<db>.lock`` beside it)
+    while creating or opening it: MLflow creates a missing store's tables, and upgrades none
+    concurrently safely, in whichever process opens it first. Nothing to lock for a server.
+
+    An OS file lock (``flock``), released by the kernel when its process ends, however it ends:
+    a killed workflow never leaves a stale lock. The holder writes who it is (``purpose``, pid,
+    host, since) into the lock file; a process that waits longer than ``wait`` seconds (default
+    :data:`STORE_LOCK_WAIT_S`) fails with :class:`StoreBusy` naming it.
+    """
+    db = sqlite_path(uri)
+    if db is None:
+        yield
+        return
+    wait = STORE_LOCK_WAIT_S if wait is None else wait
+    lock_path = db.with_name(f"{db.name}.lock")
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + wait
+        waited = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "unknown"
+                if time.monotonic() >= deadline:
+                    raise StoreBusy(
+                        f"MLflow store {db} is being created or opened by another process "
+                        f"({holder}), still after {wait:.0f} s (lock file {lock_path}). It "
+                        "holds the lock only while it creates or opens the store, seconds "
+                        "normally: if it is hung, end it (its lock goes with it), then start "
+                        "this workflow again"
+                    ) from None
+                if not waited:
+                    log.info("MLflow store %s is locked by %s: waiting for it", db, holder)
+                    waited = True
+                time.sleep(0.1)
+        holder_info = {
+            "purpose": purpose,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "slurm_job": os.environ.get("SLURM_JOB_ID"),
+            "since": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        }
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(holder_info).encode(), 0)
+        try:
+            yield
+        finally:
+            os.ftruncate(fd, 0)  # held by nobody: names nobody
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def configure_http(settings: TrackingConfig) -> None:

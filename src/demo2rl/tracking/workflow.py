@@ -26,9 +26,11 @@ from demo2rl.tracking.lineage import forget_producer, record_producer, upstream_
 from demo2rl.tracking.run import PARENT_ENV, Run, batches, flatten
 from demo2rl.tracking.store import (
     ExperimentDeleted,
+    StoreBusy,
     configure_http,
     ensure_experiment,
     is_permanent,
+    lock_store,
     one_line,
     tracking_uri,
 )
@@ -53,11 +55,14 @@ def start_workflow(
     """Create the store (once), the experiment and the parent run; export them to the jobs.
 
     The Snakemake process does this before any job starts: parallel jobs racing to create a
-    SQLite store corrupt it. Returns the parent run id, or None when the store cannot be reached
-    and ``settings.fail_on_error`` is off (the jobs then log to top-level runs when
-    it is back). A store that rejects the calls (a 4xx answer: no or wrong credentials, no
-    permission, a deleted experiment that cannot be restored) stops the workflow with an error
-    that says so.
+    SQLite store corrupt it. Two workflows started together on one ``results/`` (two
+    experiments) take turns at it: a SQLite store is created and opened under its lock
+    (:func:`~demo2rl.tracking.store.lock_store`); a lock held too long by another process is an
+    error naming that process (:class:`~demo2rl.tracking.store.StoreBusy`), whatever
+    ``settings.fail_on_error`` says. Returns the parent run id, or None when the store cannot be
+    reached and ``settings.fail_on_error`` is off (the jobs then log to top-level runs when it is
+    back). A store that rejects the calls (a 4xx answer: no or wrong credentials, no permission, a
+    deleted experiment that cannot be restored) stops the workflow with an error that says so.
     """
     configure_http(settings)
     uri = tracking_uri(results_dir)
@@ -70,8 +75,9 @@ def start_workflow(
     for stale in ("MLFLOW_EXPERIMENT_ID", PARENT_ENV):
         os.environ.pop(stale, None)
     try:
-        client = MlflowClient(uri)  # opens a SQLite store, creating it: once, here
-        experiment_id = ensure_experiment(client, experiment, artifacts)
+        with lock_store(uri, f"start of the workflow of experiment {experiment!r}"):
+            client = MlflowClient(uri)  # opens a SQLite store, creating it: once, here
+            experiment_id = ensure_experiment(client, experiment, artifacts)
         run = client.create_run(
             experiment_id,
             run_name=f"workflow-{time.strftime('%Y%m%d-%H%M%S')}",
@@ -79,6 +85,8 @@ def start_workflow(
         )
         for metrics, params, tags in batches(params=flatten(config)):
             client.log_batch(run.info.run_id, metrics=metrics, params=params, tags=tags)
+    except StoreBusy:
+        raise  # not an outage: another workflow is (or is stuck) creating the store
     except Exception as err:
         if is_permanent(err):  # rejected, not unreachable: every job's tracking would be too
             raise _rejected_at_start(uri, err) from err
