@@ -369,51 +369,98 @@ def test_every_vec_env_gives_the_same_results(demos_and_clone, tmp_path, init):
         assert torch.equal(value, native.model.policy.state_dict()[key]), key
 
 
-def _train_in_child(demos_and_clone, state_dir, total, init):  # runs in a forked process
-    try:
-        train(demos_and_clone, state_dir, init, total_timesteps=total, checkpoint_every=1024)
+def _train_in_child(demos_and_clone, state_dir, total, init, checkpoint_every=1024):
+    try:  # runs in a forked process
+        train(
+            demos_and_clone,
+            state_dir,
+            init,
+            total_timesteps=total,
+            checkpoint_every=checkpoint_every,
+        )
     except rl.Preempted:
         os._exit(rl.PREEMPTED_EXIT_CODE)
     os._exit(0)
 
 
-@pytest.mark.parametrize("init", ["bc", "residual", "kickstart"])
-def test_sigterm_checkpoints_and_a_rerun_resumes_to_the_budget(demos_and_clone, tmp_path, init):
-    total = 16_384  # 16 rollouts: SIGTERM comes after the first checkpoint, at 1024 steps
+def _checkpointed_step(state_dir: Path) -> int:
+    """The step of the run's last checkpoint (its readable mirror), -1 before the first."""
+    try:
+        return json.loads((state_dir / rl.STATE).read_text())["timesteps"]
+    except (FileNotFoundError, json.JSONDecodeError):
+        return -1
+
+
+def same_progress(a: pd.DataFrame, b: pd.DataFrame) -> None:
+    """Assert two progress tables log the same steps with the same values (NaN-aware), but for
+    the wall-clock columns (fps, elapsed time) and SB3's per-learn() iteration counter."""
+    kept = [c for c in a.columns if not c.startswith("time/") or c == "time/total_timesteps"]
+    assert sorted(kept) == sorted(c for c in b.columns if c in kept)
+    pd.testing.assert_frame_equal(a[kept].reset_index(drop=True), b[kept].reset_index(drop=True))
+
+
+@pytest.mark.parametrize(
+    ("init", "sig"),
+    [("bc", signal.SIGKILL), ("residual", signal.SIGTERM), ("kickstart", signal.SIGKILL)],
+)
+def test_a_killed_run_resumes_bit_for_bit(demos_and_clone, tmp_path, init, sig):
+    """Killed in the middle of training (SIGKILL: anywhere, even while saving; SIGTERM: the
+    trainer saves its last rollout start and exits 75), then rerun: the run resumes from its
+    last checkpoint and ends with the weights, evaluations and progress rows of an
+    uninterrupted run, bit for bit (Racing-v0's VecEnv saves its cars' state), each step once."""
+    total, state_dir = 8192, tmp_path / "killed"
     child = mp.get_context("fork").Process(
-        target=_train_in_child, args=(demos_and_clone, tmp_path, total, init)
+        target=_train_in_child, args=(demos_and_clone, state_dir, total, init, 512)
     )
     child.start()
-    state = tmp_path / "state.json"
     deadline = time.time() + 120
-    while not state.exists() and time.time() < deadline:
-        time.sleep(0.2)
-    assert state.exists(), "no checkpoint written"
-    os.kill(child.pid, signal.SIGTERM)
+    while _checkpointed_step(state_dir) < 1024 and child.is_alive() and time.time() < deadline:
+        time.sleep(0.01)
+    assert child.is_alive(), "the run ended before it could be killed"
+    os.kill(child.pid, sig)
     child.join(60)
-    assert child.exitcode == rl.PREEMPTED_EXIT_CODE
-    stopped_at = json.loads(state.read_text())["timesteps"]
-    assert 0 < stopped_at < total
-    # the state: tensors and counters, JSON, and the key of the run it belongs to; no pickle
-    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("progress-")) == [
-        rl.CHECKPOINT,
-        rl.KEY,
-        rl.STATE,
-    ]
-    assert json.loads((tmp_path / rl.KEY).read_text()) == key_of(
-        init, RL_CFG | {"total_timesteps": total}
-    )
-    result = train(demos_and_clone, tmp_path, init, total_timesteps=total, checkpoint_every=1024)
-    assert result.resumed == 1
-    assert result.timesteps >= total
-    table = rl.progress_table(tmp_path)
-    assert table["time/total_timesteps"].iloc[-1] >= total
+    assert child.exitcode == (-signal.SIGKILL if sig == signal.SIGKILL else rl.PREEMPTED_EXIT_CODE)
+    stopped_at = _checkpointed_step(state_dir)
+    assert 1024 <= stopped_at < total
+    # the state: tensors, counters and JSON in one checkpoint, the run's key; no pickle
+    kept = sorted(p.name for p in state_dir.iterdir() if not p.name.startswith("progress-"))
+    assert kept == [rl.CHECKPOINT, rl.KEY, rl.STATE]
+    expected_key = key_of(init, RL_CFG | {"total_timesteps": total})
+    assert json.loads((state_dir / rl.KEY).read_text()) == expected_key
+
+    resumed = train(demos_and_clone, state_dir, init, total_timesteps=total)
+    whole = train(demos_and_clone, tmp_path / "whole", init, total_timesteps=total)
+    assert resumed.resumed == 1 and resumed.timesteps == whole.timesteps == total
+    same_weights(resumed.model.policy, whole.model.policy)
+    assert same_rows(resumed.evaluations, whole.evaluations)  # none lost, none repeated
+    table = rl.progress_table(state_dir)
+    assert table["time/total_timesteps"].is_unique
     assert table["time/total_timesteps"].is_monotonic_increasing
+    same_progress(table, rl.progress_table(tmp_path / "whole"))
+
+
+def test_a_resumed_env_without_state_is_reset_and_says_so(demos_and_clone, tmp_path, caplog):
+    """A task whose VecEnv cannot save its state (here DummyVecEnv of the single env) still
+    resumes from the checkpoint's weights and step, with every env reset; the log says the run
+    now differs from an uninterrupted one."""
+    kw = {"init": "scratch", "vec_env": "dummy"}
+    key = key_of("scratch", RL_CFG | {"total_timesteps": 2048, "vec_env": "dummy"})
+    train(demos_and_clone, tmp_path / "s", key=key, total_timesteps=1024, **kw)
+    with caplog.at_level("WARNING", logger="demo2rl.rl"):
+        resumed = train(demos_and_clone, tmp_path / "s", total_timesteps=2048, **kw)
+    assert resumed.resumed == 1 and resumed.timesteps == 2048
+    assert "DummyVecEnv has no state_dict()/load_state_dict(): resuming at step 1024" in caplog.text
+    whole = train(demos_and_clone, tmp_path / "whole", total_timesteps=2048, **kw)
+    assert not torch.equal(
+        resumed.model.policy.action_net.weight, whole.model.policy.action_net.weight
+    )
+    steps = rl.progress_table(tmp_path / "s")["time/total_timesteps"]
+    assert steps.is_unique and steps.is_monotonic_increasing and steps.iloc[-1] == 2048
 
 
 def test_two_trainers_never_share_a_state_dir(demos_and_clone, tmp_path, monkeypatch):
     """A second trainer on the same run (a SLURM retry while the first still runs) waits, then
-    fails naming the holder; once the holder is gone (killed hard: no clean-up), it resumes."""
+    fails naming the holder; once the holder is killed hard (no clean-up) the lock is free."""
     state_dir, total = tmp_path / "state", 40_000
     child = mp.get_context("fork").Process(
         target=_train_in_child, args=(demos_and_clone, state_dir, total, "scratch")
@@ -421,9 +468,9 @@ def test_two_trainers_never_share_a_state_dir(demos_and_clone, tmp_path, monkeyp
     child.start()
     try:
         deadline = time.time() + 120
-        while not (state_dir / rl.STATE).exists() and time.time() < deadline:
+        while _checkpointed_step(state_dir) < 0 and time.time() < deadline:
             time.sleep(0.2)
-        assert (state_dir / rl.STATE).exists(), "the first trainer never checkpointed"
+        assert _checkpointed_step(state_dir) >= 0, "the first trainer never checkpointed"
         monkeypatch.setattr(rl.state, "LOCK_WAIT_S", 1.0)
         with pytest.raises(rl.StateDirBusy, match=rf"in use by another trainer .*{child.pid}"):
             train(demos_and_clone, state_dir, "scratch", total_timesteps=total)
@@ -431,8 +478,9 @@ def test_two_trainers_never_share_a_state_dir(demos_and_clone, tmp_path, monkeyp
     finally:
         os.kill(child.pid, signal.SIGKILL)
         child.join(30)
-    result = train(demos_and_clone, state_dir, "scratch", total_timesteps=total // 10)
-    assert result.timesteps >= total // 10  # the lock went with the killed holder
+    key = key_of("scratch", RL_CFG | {"total_timesteps": total})
+    with rl.lock_state_dir(state_dir, wait=0.0):  # the lock went with the killed holder
+        assert rl.claim_state_dir(state_dir, key)  # and its checkpoint resumes
 
 
 def test_bc_arm_refuses_a_checkpoint_of_another_architecture(demos_and_clone, tmp_path):
@@ -611,8 +659,13 @@ def test_state_of_the_same_run_resumes(demos_and_clone, tmp_path, caplog):
     assert resumed.resumed == 1 and resumed.timesteps == 1024
     assert same_rows(resumed.evaluations[: len(half.evaluations)], half.evaluations)
     assert [row["step"] for row in resumed.evaluations] == [0, 512, 1024]
+    same_weights(resumed.model.policy, done.model.policy)  # the native env resumes bit for bit
+    assert same_rows(resumed.evaluations, done.evaluations)
     table = rl.progress_table(tmp_path / "half")
-    assert table["time/total_timesteps"].is_monotonic_increasing
+    assert (
+        table["time/total_timesteps"].is_unique
+        and table["time/total_timesteps"].is_monotonic_increasing
+    )
     assert table["time/total_timesteps"].iloc[-1] == 1024
     state = json.loads((tmp_path / "half" / rl.STATE).read_text())
     assert state["timesteps"] == 1024 and state["resumed"] == 1

@@ -37,6 +37,7 @@ that explicitly seeded demo/eval runs (seeds < 2**30) never use.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -122,6 +123,21 @@ class CarSeeds:
     def __init__(self, n: int):
         self.rngs: list[np.random.Generator | None] = [None] * n
 
+    def state(self) -> str:
+        """The generators' states, as JSON (None for a car not yet reset)."""
+        return json.dumps([None if g is None else g.bit_generator.state for g in self.rngs])
+
+    def load_state(self, text: str) -> None:
+        """Put back :meth:`state`'s generators."""
+        states = json.loads(text)
+        if len(states) != len(self.rngs):
+            raise ValueError(f"{len(states)} car generators saved, {len(self.rngs)} cars here")
+        for i, saved in enumerate(states):
+            self.rngs[i] = None
+            if saved is not None:
+                self.rngs[i], _ = seeding.np_random(0)
+                self.rngs[i].bit_generator.state = saved
+
     def track_seeds(self, indices: Sequence[int], seeds: Sequence[int | None]) -> list[int]:
         """Track seeds for ``indices`` (``seeds`` aligned with them; None = draw from the rng)."""
         out = []
@@ -173,6 +189,36 @@ class RacingCore:
         self.seg_table = np.zeros((n * m, 5))  # x, y, ux, uy, len
         # point j and its increment to point j+1 (for interpolating lookahead points)
         self.point_table = np.zeros((n * m, 8))  # x, dx, y, dy, kappa, dkappa, heading, dheading
+
+    CAR_STATE = (
+        *("x", "y", "yaw", "cos_yaw", "sin_yaw", "speed", "s", "lateral", "seg", "t"),
+        *("progress", "lap_time", "laps", "steps", "track_seed"),
+    )
+    """The per-car arrays that make a car's state; its track is rebuilt from ``track_seed``."""
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Every car's state (copies of :data:`CAR_STATE`; the tracks are rebuilt from their
+        seeds), for resuming in the middle of episodes."""
+        return {name: getattr(self, name).copy() for name in self.CAR_STATE}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Put back :meth:`state_dict`'s cars, on their tracks, bit for bit."""
+        p = self.params
+        for name in self.CAR_STATE:
+            value = np.asarray(state[name])
+            old = getattr(self, name)
+            if value.shape != old.shape or value.dtype != old.dtype:
+                raise ValueError(
+                    f"car state {name!r}: {value.dtype}{value.shape} saved, "
+                    f"{old.dtype}{old.shape} here"
+                )
+        for i, seed in enumerate(np.asarray(state["track_seed"]).tolist()):
+            if self.tracks[i] is None or self.track_seed[i] != seed:
+                self._load_track(
+                    i, _make_track(seed, radius=p.track_radius, half_width=p.half_width)
+                )
+        for name in self.CAR_STATE:
+            setattr(self, name, np.array(state[name]))
 
     def reset_cars(self, indices: Sequence[int], track_seeds: Sequence[int]) -> None:
         """Put cars ``indices`` at the start of fresh tracks built from ``track_seeds``."""

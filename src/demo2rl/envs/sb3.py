@@ -83,6 +83,17 @@ class RacingVecEnv(VecEnv):
                 self.reset_infos[i] = core.info(i)
         return obs, reward, done, infos
 
+    def state_dict(self) -> dict[str, Any]:
+        """Every car's state and track generator: what :meth:`load_state_dict` needs to go on
+        exactly where this env stands (a resumed RL run continues its episodes bit for bit)."""
+        return {**self.core.state_dict(), "car_rngs": self._car_seeds.state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Put back a :meth:`state_dict` of an env with the same number of cars and kwargs."""
+        self.core.load_state_dict({k: v for k, v in state.items() if k != "car_rngs"})
+        self._car_seeds.load_state(state["car_rngs"])
+        self.reset_infos = [self.core.info(i) for i in range(self.num_envs)]
+
     def close(self) -> None:
         """Nothing to release."""
 

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from stable_baselines3 import PPO
 from stable_baselines3.common.policies import ActorCriticPolicy
-from stable_baselines3.common.vec_env import VecEnv, VecNormalize
+from stable_baselines3.common.vec_env import VecCheckNan, VecEnv, VecNormalize
 
 from demo2rl import arms, dataset, guidance, policy, vec
 from demo2rl.config import PolicyConfig, RLConfig, TaskConfig
@@ -41,7 +41,8 @@ def make_training_env(
     subproc with ``n_workers`` processes), ``task.frame_stack`` frames stacked, bounded Box
     actions rescaled to [-1, 1], and the frozen observation normalisation every arm shares
     (SB3's ``VecNormalize`` with ``training=False``, holding the dataset's training-split
-    statistics, as the clone saw them). Images (a :class:`demo2rl.policy.ImageObs` transform)
+    statistics, as the clone saw them), over a check that every action, observation and reward
+    is finite (:class:`CheckFinite`). Images (a :class:`demo2rl.policy.ImageObs` transform)
     are not normalised: PPO itself transposes them (``VecTransposeImage``) and the network
     scales them to [0, 1]. ``action_space`` is the task's (resolved once per job).
     """
@@ -55,6 +56,7 @@ def make_training_env(
         wrap=wrap,
         frame_stack=task.frame_stack,
     )
+    venv = CheckFinite(venv)
     if isinstance(normalizer, policy.ImageObs):
         return venv
     normed = VecNormalize(
@@ -67,6 +69,33 @@ def make_training_env(
     )
     normalizer.apply_to(normed)
     return normed
+
+
+class NonFiniteValue(FloatingPointError):
+    """A NaN or infinity in a run's rewards, observations, actions or losses."""
+
+
+class CheckFinite(VecCheckNan):
+    """SB3's ``VecCheckNan`` (actions before every step, observations and rewards after it),
+    raising :class:`NonFiniteValue` naming the quantity and the envs instead of its ValueError."""
+
+    def __init__(self, venv: VecEnv) -> None:
+        super().__init__(venv, raise_exception=True, check_inf=True)
+
+    def _check_val(self, event: str, **values: Any) -> None:
+        values.pop("dones", None)
+        try:
+            super()._check_val(event, **values)
+        except ValueError:
+            bad = {
+                name: np.flatnonzero(~np.isfinite(np.asarray(v).reshape(len(v), -1)).all(1))
+                for name, v in values.items()
+            }
+            found = "; ".join(f"{n} of env(s) {i.tolist()}" for n, i in bad.items() if i.size)
+            where = {"reset": "at a reset", "step_wait": "after an env step"}
+            raise NonFiniteValue(
+                f"non-finite {found} {where.get(event, 'from the policy, before an env step')}"
+            ) from None
 
 
 def _rescale_wrapper(env: gym.Env) -> gym.Env:
@@ -278,7 +307,8 @@ class GuidedPPO(PPO):
         finally:
             hook.remove()
         self.logger.record("train/guide_weight", weight)
-        self.logger.record("train/guide_loss", float(np.mean(losses)) if losses else float("nan"))
+        if losses:
+            self.logger.record("train/guide_loss", float(np.mean(losses)))
 
 
 @contextlib.contextmanager

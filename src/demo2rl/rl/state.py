@@ -27,11 +27,14 @@ import torch
 from stable_baselines3 import PPO
 
 from demo2rl import checkpoints, io
+from demo2rl.rl import position
 
 log = logging.getLogger(__package__)  # "demo2rl.rl", as in every job log before the split
 
 CHECKPOINT = "checkpoint.pt"
 STATE = "state.json"
+"""A readable copy of the checkpoint's run record (step, evaluations, resumes): for people and
+tests; the checkpoint itself holds what a resume reads."""
 KEY = "key.json"
 
 
@@ -108,7 +111,7 @@ def claim_state_dir(state_dir: Path, key: Mapping[str, Any]) -> bool:
     key_file = state_dir / KEY
     recorded = json.loads(key_file.read_text()) if key_file.is_file() else None
     same_run = recorded is not None and recorded.get("key") == key["key"]
-    if same_run and (state_dir / STATE).is_file() and (state_dir / CHECKPOINT).is_file():
+    if same_run and (state_dir / CHECKPOINT).is_file():
         return True
     if state_dir.exists() and any(state_dir.iterdir()):
         if same_run:
@@ -126,31 +129,37 @@ def claim_state_dir(state_dir: Path, key: Mapping[str, Any]) -> bool:
     return False
 
 
-def save_state(path: Path, model: PPO) -> None:
-    """The model's weights, optimizer state and counters: tensors and numbers, no pickle."""
+def save_state(path: Path, model: PPO, run: Mapping[str, Any], at: position.Position) -> None:
+    """The run's checkpoint, one file replaced atomically: the weights and optimizer state, the
+    run's own record ``run`` (its evaluations so far, its resumes) and where it stands, ``at``
+    (:mod:`demo2rl.rl.position`, taken at the same rollout start as the weights). One file, so
+    a kill never pairs one checkpoint's weights with another's evaluations. Then
+    :data:`STATE`, a readable copy of ``run`` (the trainer never reads it)."""
     ckpt = {
         "policy": model.policy.state_dict(),
         "optimizer": model.policy.optimizer.state_dict(),
-        "num_timesteps": int(model.num_timesteps),
-        "n_updates": int(model._n_updates),
+        "run": json.dumps(dict(run)),  # NaN kept (Python's JSON reads it back)
+        "position": position.to_tensors(at),
     }
     with io.atomic_path(path) as tmp:
         torch.save(ckpt, tmp)
+    io.write_json(path.parent / STATE, {"timesteps": at.timesteps, **run})
 
 
-def load_state(path: Path, model: PPO) -> None:
-    """Restore :func:`save_state`'s weights and counters into ``model`` (built from the
-    config in force); ``weights_only=True``, so a crafted file cannot run code."""
+def load_state(path: Path, model: PPO) -> tuple[dict[str, Any], position.Position]:
+    """Load :func:`save_state`'s weights into ``model`` (built from the config in force) and
+    return the run's record and position (for :func:`demo2rl.rl.position.restore`);
+    ``weights_only=True``, so a crafted file cannot run code."""
     try:
         ckpt = torch.load(path, map_location=model.device, weights_only=True)
         model.policy.load_state_dict(ckpt["policy"], strict=True)
         model.policy.optimizer.load_state_dict(ckpt["optimizer"])
-        model.num_timesteps = int(ckpt["num_timesteps"])
-        model._n_updates = int(ckpt["n_updates"])
-    except Exception as err:  # unpickling refused, truncated file, foreign shapes
+        run, at = json.loads(ckpt["run"]), position.from_tensors(ckpt["position"])
+    except Exception as err:  # unpickling refused, truncated file, foreign shapes, old format
         raise checkpoints.CheckpointError(
             path, f"cannot resume from it ({type(err).__name__}: {err})"
         ) from err
+    return run, at
 
 
 def _digest(value: Any) -> str:

@@ -11,7 +11,6 @@ steps.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import signal
 import time
@@ -20,12 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import CSVOutputFormat, KVWriter, Logger
 
-from demo2rl import acting, arms, checkpoints, dataset, evaluation, io, policy, seeds, tasks
-from demo2rl.rl import recipe, state
+from demo2rl import acting, arms, checkpoints, dataset, evaluation, policy, seeds, tasks
+from demo2rl.rl import position, recipe, state
 from demo2rl.rl.job import RLJob
 from demo2rl.rl.progress import LogLines, MetricsSink
 
@@ -108,14 +108,20 @@ def train_rl(
                     device=device,
                 )
             )
-            resumed, evaluations = 0, []
+            resumed, evaluations, at = 0, [], None
             if resume:
-                saved = json.loads((state_dir / state.STATE).read_text())
-                state.load_state(state_dir / state.CHECKPOINT, model)
-                resumed = saved["resumed"] + 1
-                # fresh draws, still in the RL seed block
-                model.set_random_seed(seed + resumed * rl_cfg.n_envs)
-                evaluations = saved["evaluations"]
+                saved, at = state.load_state(state_dir / state.CHECKPOINT, model)
+                resumed, evaluations = saved["resumed"] + 1, saved["evaluations"]
+                if not (at.env_saved and position.env_is_stateful(env)):
+                    env.seed(seed + resumed * rl_cfg.n_envs)  # new episodes, in the RL seed block
+                    log.warning(
+                        "%s has no state_dict()/load_state_dict(): resuming at step %d with every "
+                        "env reset (new episodes); weights, optimizer and random streams are the "
+                        "checkpoint's, but from here on the run differs from an uninterrupted one",
+                        type(env.unwrapped).__name__,
+                        at.timesteps,
+                    )
+                position.restore(model, at)
                 log.info("resuming from step %d (resume #%d)", model.num_timesteps, resumed)
         except BaseException:
             env.close()
@@ -149,6 +155,8 @@ def train_rl(
         if log_metrics is not None:
             outputs.append(MetricsSink(log_metrics))
         model.set_logger(Logger(folder=None, output_formats=outputs))
+        if at is not None:  # what the killed run had logged for its next progress row
+            position.restore_log(model.logger, at)
 
         callback = OnRolloutStart(schedule)
         previous = signal.signal(signal.SIGTERM, lambda *_: setattr(callback, "stop", True))
@@ -161,14 +169,21 @@ def train_rl(
                     total - model.num_timesteps, callback=callback, reset_num_timesteps=False
                 )
             if callback.stop:
-                schedule.save(callback.steps_at_rollout_start)
-                raise Preempted(f"SIGTERM: checkpoint at step {callback.steps_at_rollout_start}")
+                step = schedule.save_last_rollout_start()
+                raise Preempted(f"SIGTERM: checkpoint at step {step}")
+        except recipe.NonFiniteValue as err:
+            last = schedule.last_checkpoint
+            raise recipe.NonFiniteValue(
+                f"{arm.name} arm, seed {job.seed}, env step {model.num_timesteps}: {err}. "
+                f"No policy written; the last checkpoint (step {last}) in {state_dir} "
+                "stays resumable"
+            ) from None
         finally:
             signal.signal(signal.SIGTERM, previous)
             env.close()
         end = model.num_timesteps
         schedule.maybe_evaluate(end, force=schedule.last_eval != end)
-        schedule.save(model.num_timesteps)
+        schedule.save(position.capture(model))
         log.info("trained %d env steps in %.1f s", model.num_timesteps, time.perf_counter() - start)
         return RLResult(
             model,
@@ -182,22 +197,45 @@ def train_rl(
 
 
 class OnRolloutStart(BaseCallback):
-    """At each rollout start (after an update): evaluate and checkpoint when due; stop the
-    rollout when SIGTERM arrived (the run then saves the state of that rollout start)."""
+    """At each rollout start (after an update): check the update's losses and weights are
+    finite; evaluate and checkpoint when due; stop the rollout when SIGTERM arrived (the run
+    then saves the state of that rollout start)."""
 
     def __init__(self, schedule: Schedule) -> None:
         super().__init__()
         self.schedule = schedule
         self.stop = False
-        self.steps_at_rollout_start = 0
 
     def _on_rollout_start(self) -> None:
-        self.steps_at_rollout_start = self.num_timesteps
+        check_update(self.model)
         self.schedule.maybe_evaluate(self.num_timesteps)
-        self.schedule.maybe_checkpoint(self.num_timesteps)
+        self.schedule.at_rollout_start()
 
     def _on_step(self) -> bool:
         return not self.stop
+
+
+LOSSES = ("loss", "policy_gradient_loss", "value_loss", "entropy_loss", "approx_kl", "guide_loss")
+"""The update's logged losses that must be finite (not explained_variance: NaN when every
+return is the same)."""
+
+
+def check_update(model: recipe.GuidedPPO) -> None:
+    """Raise :class:`recipe.NonFiniteValue` if the last update logged a non-finite loss or left a
+    non-finite weight (before the next rollout acts with it)."""
+    logged = model.logger.name_to_value
+    bad = [
+        f"train/{k}"
+        for k in LOSSES
+        if f"train/{k}" in logged and not np.isfinite(logged[f"train/{k}"])
+    ]
+    if bad:
+        raise recipe.NonFiniteValue(
+            f"non-finite {', '.join(bad)} in the update before this rollout"
+        )
+    for name, param in model.policy.named_parameters():
+        if not torch.isfinite(param).all():
+            raise recipe.NonFiniteValue(f"non-finite weights in {name} after the last update")
 
 
 class Schedule:
@@ -219,6 +257,7 @@ class Schedule:
         self.eval_every, self.checkpoint_every = eval_every, checkpoint_every
         self.last_eval = int(evaluations[-1]["step"]) if evaluations else -1
         self.last_checkpoint = model.num_timesteps
+        self.rollout_start: position.Position | None = None
 
     def maybe_evaluate(self, step: int, force: bool = False) -> None:
         if not force and self.last_eval >= 0 and step - self.last_eval < self.eval_every:
@@ -231,15 +270,23 @@ class Schedule:
                 self.model.logger.record(f"eval/{key}", value)
         log.info("eval at step %d: return %.2f", step, row["return_mean"])
 
-    def maybe_checkpoint(self, step: int, force: bool = False) -> None:
-        if force or step - self.last_checkpoint >= self.checkpoint_every:
-            self.save(step)
+    def at_rollout_start(self) -> None:
+        """Note where the run stands (what a SIGTERM during the rollout saves); checkpoint it
+        when due."""
+        self.rollout_start = position.capture(self.model)
+        if self.rollout_start.timesteps - self.last_checkpoint >= self.checkpoint_every:
+            self.save(self.rollout_start)
 
-    def save(self, step: int) -> None:
-        """Weights then state, each atomically: a kill in between loses nothing that matters."""
-        self.model.num_timesteps = step
-        state.save_state(self.state_dir / state.CHECKPOINT, self.model)
-        saved = {"timesteps": step, "evaluations": self.evaluations, "resumed": self.resumed}
-        io.write_json(self.state_dir / state.STATE, saved)
-        self.last_checkpoint = step
-        log.info("checkpoint at step %d -> %s", step, self.state_dir)
+    def save_last_rollout_start(self) -> int:
+        """Checkpoint the last rollout start (weights unchanged since: no update in between);
+        returns its step."""
+        at = self.rollout_start or position.capture(self.model)
+        self.save(at)
+        return at.timesteps
+
+    def save(self, at: position.Position) -> None:
+        """The checkpoint of position ``at`` (the weights are the model's now), atomically."""
+        run = {"evaluations": self.evaluations, "resumed": self.resumed}
+        state.save_state(self.state_dir / state.CHECKPOINT, self.model, run, at)
+        self.last_checkpoint = at.timesteps
+        log.info("checkpoint at step %d -> %s", at.timesteps, self.state_dir)
