@@ -103,3 +103,30 @@ def raising_expert(obs: np.ndarray) -> np.ndarray:
 
 
 NOT_CALLABLE = 42
+
+
+class LateNanRewardEnv(gym.Env):
+    """A task whose reward turns NaN once this env has taken ``nan_after`` steps in its life
+    (None: never): its demonstrations are clean, its RL run is not."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def __init__(self, nan_after: int | None = None):
+        self.nan_after, self.lifetime = nan_after, 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self.np_random.uniform(-1, 1, 2).astype(np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        self.lifetime += 1
+        late = self.nan_after is not None and self.lifetime > self.nan_after
+        reward = float("nan") if late else float(-abs(action[0]))
+        obs = self.np_random.uniform(-1, 1, 2).astype(np.float32)
+        return obs, reward, False, self.t >= 20, {}
+
+
+gym.register(id="LateNanReward-v0", entry_point=LateNanRewardEnv)
