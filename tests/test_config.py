@@ -198,3 +198,53 @@ def test_rl_device_auto_is_cuda_only_for_a_cnn_on_a_machine_with_an_nvidia_gpu(
     assert config.rl_device("auto", images=True) == "cuda"
     assert config.rl_device("auto", images=False) == "cpu"  # MLPs: fastest on the CPU
     assert config.rl_device("cuda:1", images=False) == "cuda:1"  # spelled out: as it is
+
+
+# --------------------------------------------------------------------------------------------
+# experiment names: a directory under results/ and an MLflow experiment, so one rule for both
+
+BAD_NAMES = {
+    "parent directory": "../x",
+    "path separator": "a/b",
+    "final newline": "racing\n",
+    "leading dot": ".hidden",
+    "non-ASCII letter": "rennstrecke-ü",
+}
+
+
+@pytest.mark.parametrize("case", BAD_NAMES)
+def test_an_experiment_name_that_is_no_plain_directory_name_is_refused(case, tmp_path: Path):
+    """The schema (what the Snakefile's validate runs) refuses it naming the key and the rule;
+    the library's tracking start refuses it too, before any store or directory exists."""
+    from demo2rl import tracking
+
+    name = BAD_NAMES[case]
+    with pytest.raises(Exception, match=r"schema\['properties'\]\['experiment'\]") as caught:
+        config.load(BASE | {"experiment": name})
+    message = str(caught.value)
+    assert f"{name!r} does not match" in message and "Failed validating 'pattern'" in message
+    assert "On instance['experiment']" in message
+    settings = config.TrackingConfig(enabled=True, fail_on_error=False)
+    with pytest.raises(config.ConfigError, match=r"config key 'experiment': .* does not match"):
+        tracking.start_workflow(name, {"experiment": name}, settings, tmp_path / "results")
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_plain_experiment_name_is_accepted():
+    assert config.load(BASE | {"experiment": "Racing_2.v-1"})["experiment"] == "Racing_2.v-1"
+    assert config.load(BASE | {"experiment": "x" * 100})
+    with pytest.raises(Exception, match="does not match"):
+        config.load(BASE | {"experiment": "x" * 101})
+
+
+@pytest.mark.integration
+def test_a_workflow_with_a_bad_experiment_name_creates_nothing(tmp_path: Path):
+    """A real (not dry) invocation: refused while the Snakefile is read, before the start hook
+    (which creates the MLflow store and experiment) and before any job (results/<name>/)."""
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(BASE | {"experiment": "racing\n"}))
+    proc = snakemake(tmp_path, "--cores", "1", "--configfile", str(path), check=False)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, output
+    assert "Failed validating 'pattern' in schema['properties']['experiment']" in output
+    assert not (tmp_path / "results").exists(), output  # no results/racing\n/, no mlflow.db

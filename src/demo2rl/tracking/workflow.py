@@ -9,19 +9,22 @@ The parent run reaches the jobs through the environment: ``MLFLOW_TRACKING_URI``
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
+import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
 from mlflow.entities import RunStatus
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from demo2rl import provenance
-from demo2rl.config import TrackingConfig
+from demo2rl.config import SCHEMA, ConfigError, TrackingConfig
 from demo2rl.tracking.lineage import forget_producer, record_producer, upstream_tags
 from demo2rl.tracking.run import PARENT_ENV, Run, batches, flatten
 from demo2rl.tracking.store import (
@@ -46,6 +49,23 @@ def provenance_tags() -> dict[str, str]:
     return tags
 
 
+@functools.cache
+def _experiment_rule() -> tuple[str, str]:
+    """The config schema's pattern of an ``experiment`` name and its description (their one
+    definition)."""
+    entry = yaml.safe_load(SCHEMA.read_text())["properties"]["experiment"]
+    return entry["pattern"], entry["description"]
+
+
+def check_experiment_name(experiment: str) -> None:
+    """Refuse a name that the config schema refuses (:class:`~demo2rl.config.ConfigError`
+    naming the ``experiment`` key): the name becomes a directory under ``results/`` and an
+    MLflow experiment, so a caller of the library is held to the workflow config's rule."""
+    pattern, description = _experiment_rule()
+    if not isinstance(experiment, str) or not re.search(pattern, experiment):
+        raise ConfigError("experiment", f"{experiment!r} does not match {pattern!r}. {description}")
+
+
 def start_workflow(
     experiment: str,
     config: Mapping[str, Any],
@@ -53,6 +73,8 @@ def start_workflow(
     results_dir: str | os.PathLike[str] = "results",
 ) -> str | None:
     """Create the store (once), the experiment and the parent run; export them to the jobs.
+
+    ``experiment`` must be a name the config schema accepts (:func:`check_experiment_name`).
 
     The Snakemake process does this before any job starts: parallel jobs racing to create a
     SQLite store corrupt it. Two workflows started together on one ``results/`` (two
@@ -64,6 +86,7 @@ def start_workflow(
     back). A store that rejects the calls (a 4xx answer: no or wrong credentials, no permission, a
     deleted experiment that cannot be restored) stops the workflow with an error that says so.
     """
+    check_experiment_name(experiment)
     configure_http(settings)
     uri = tracking_uri(results_dir)
     artifacts = None
