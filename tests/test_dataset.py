@@ -151,11 +151,22 @@ def test_split_is_fixed_by_seed():
     assert not np.array_equal(a["valid"], c["valid"])
 
 
-def test_failed_write_leaves_no_file(tmp_path):
-    demos = make_demos()
-    demos.steps["observations"] = np.array([object()])  # h5py cannot store this
-    with pytest.raises(TypeError):
-        dataset.write(tmp_path / "d.h5", demos)
+def test_a_write_that_fails_midway_leaves_neither_file_nor_temporary_file(tmp_path, monkeypatch):
+    """The write fails once the temporary file holds part of the dataset (the steps written,
+    the episode table not): that file existed then, and is gone afterwards, with no final file."""
+    seen: dict[str, list[str]] = {}
+    create_dataset = h5py.Group.create_dataset
+
+    def fail_at_the_returns(group, name, *args, **kwargs):
+        if group.name == "/episodes" and name == "return":
+            seen["during"] = sorted(p.name for p in tmp_path.iterdir())
+            raise RuntimeError("a failure in the middle of the write")
+        return create_dataset(group, name, *args, **kwargs)
+
+    monkeypatch.setattr(h5py.Group, "create_dataset", fail_at_the_returns)
+    with pytest.raises(RuntimeError, match="in the middle of the write"):
+        dataset.write(tmp_path / "d.h5", make_demos())
+    assert seen["during"] == [f".d.h5.tmp-{os.getpid()}"]
     assert list(tmp_path.iterdir()) == []
 
 
@@ -186,12 +197,17 @@ def test_verify_detects_modified_data(tmp_path):
 
 
 def test_a_killed_writers_temporary_file_is_removed_by_the_next_write(tmp_path):
+    """A temporary file of a dead process is an orphan and goes; one of a live process (another
+    writer, still writing) stays, and so does a file whose suffix is no pid at all."""
     dead = 2**22 + 12345  # above the default pid_max: no such process
     orphan = tmp_path / f".d.h5.tmp-{dead}"
     orphan.write_bytes(b"half a file")
-    live = tmp_path / f".d.h5.tmp-{os.getpid()}x"  # not a pid suffix: left alone
-    live.write_bytes(b"")
+    live = tmp_path / f".d.h5.tmp-{os.getppid()}"  # this test's parent: alive while it runs
+    live.write_bytes(b"another writer's half")
+    other = tmp_path / ".d.h5.tmp-notes"  # no pid suffix: not a writer's file
+    other.write_bytes(b"")
     dataset.write(tmp_path / "d.h5", make_demos())
     assert not orphan.exists()
-    assert live.exists()
+    assert live.read_bytes() == b"another writer's half"
+    assert other.exists()
     dataset.read(tmp_path / "d.h5", verify=True)
