@@ -758,3 +758,64 @@ def test_discrete_warm_start_acts_like_the_clone_and_kickstart_moves_towards_it(
     kicked = train_cartpole(cartpole, tmp_path / "kick", "kickstart", ppo=ppo)
     plain = train_cartpole(cartpole, tmp_path / "scratch", "scratch", ppo=ppo)
     assert gap(kicked.model.policy) < gap(plain.model.policy) - 0.05
+
+
+# --------------------------------------------------------------------------------------------
+# Non-finite values: the run fails naming them, writes nothing, and stays resumable
+
+
+def test_a_nan_reward_fails_the_run_naming_it_and_keeps_the_last_checkpoint(tmp_path):
+    """LateNanReward-v0's reward turns NaN after 600 steps of an env's life (clean
+    demonstrations, then 8 envs x 600 = env step 4800 of RL): the run fails naming the
+    quantity, the env, the arm, the seed and the step, before PPO trains on it; the last
+    checkpoint (step 4096) stays, and resumes."""
+    task = ("user_tasks:LateNanReward-v0", {"nan_after": 600})
+    demos, _ = dataset_and_clone(
+        tmp_path, task[0], {}, "user_tasks:zero_expert", 8, batch_size=64, max_epochs=1
+    )
+    state_dir, kw = tmp_path / "state", {"total_timesteps": 8192, "vec_env": "dummy"}
+    with pytest.raises(rl.recipe.NonFiniteValue) as failed:
+        train((demos, None), state_dir, "scratch", task=task, checkpoint_every=1024, **kw)
+    assert str(failed.value) == (
+        "scratch arm, seed 0, env step 4800: non-finite rewards of env(s) "
+        "[0, 1, 2, 3, 4, 5, 6, 7] after an env step. No policy written; the last checkpoint "
+        f"(step 4096) in {state_dir} stays resumable"
+    )
+    assert _checkpointed_step(state_dir) == 4096
+    key = key_of("scratch", RL_CFG | kw)
+    assert rl.claim_state_dir(state_dir, key)  # the same run resumes from there
+
+
+def test_an_overflowing_update_fails_naming_its_losses(tmp_path):
+    """A finite but huge reward (1e30 after 600 steps of an env's life) overflows PPO's value
+    loss: the run fails at the next rollout start naming the losses."""
+    task = ("user_tasks:LateNanReward-v0", {"nan_after": 600, "value": 1e30})
+    demos, _ = dataset_and_clone(
+        tmp_path, task[0], {}, "user_tasks:zero_expert", 8, batch_size=64, max_epochs=1
+    )
+    with pytest.raises(
+        rl.recipe.NonFiniteValue,
+        match=r"^scratch arm, seed 0, env step 5120: non-finite train/loss, train/value_loss in "
+        r"the update before this rollout\. No policy written; the last checkpoint \(step 4608\)",
+    ):
+        train(
+            (demos, None),
+            tmp_path / "s",
+            "scratch",
+            task=task,
+            vec_env="dummy",
+            total_timesteps=8192,
+        )
+
+
+def test_an_optimiser_step_that_leaves_a_nan_weight_stops_the_update(clone_env):
+    """A weight that turns NaN in an update fails it at that optimiser step, naming the weight
+    (not torch's error on a NaN action mean in the next rollout)."""
+    model = build("scratch", clone_env)
+    model.learn(512)  # one rollout in the buffer
+    with torch.no_grad():
+        model.policy.value_net.bias.fill_(float("nan"))  # NaN values: NaN loss and gradients
+    with pytest.raises(
+        rl.recipe.NonFiniteValue, match=r"^non-finite weights in \w+ after an optimiser step"
+    ):
+        model.train()

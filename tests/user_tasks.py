@@ -106,14 +106,15 @@ NOT_CALLABLE = 42
 
 
 class LateNanRewardEnv(gym.Env):
-    """A task whose reward turns NaN once this env has taken ``nan_after`` steps in its life
-    (None: never): its demonstrations are clean, its RL run is not."""
+    """A task whose reward turns to ``value`` (NaN by default; a huge finite one overflows the
+    returns) once this env has taken ``nan_after`` steps in its life (None: never): its
+    demonstrations are clean, its RL run is not."""
 
     observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
     action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
 
-    def __init__(self, nan_after: int | None = None):
-        self.nan_after, self.lifetime = nan_after, 0
+    def __init__(self, nan_after: int | None = None, value: float = float("nan")):
+        self.nan_after, self.value, self.lifetime = nan_after, value, 0
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
@@ -124,7 +125,7 @@ class LateNanRewardEnv(gym.Env):
         self.t += 1
         self.lifetime += 1
         late = self.nan_after is not None and self.lifetime > self.nan_after
-        reward = float("nan") if late else float(-abs(action[0]))
+        reward = self.value if late else float(-abs(action[0]))
         obs = self.np_random.uniform(-1, 1, 2).astype(np.float32)
         return obs, reward, False, self.t >= 20, {}
 

@@ -282,6 +282,23 @@ class GuidedPPO(PPO):
     critic_warmup: int = 0
 
     def train(self) -> None:
+        """PPO's update (with the additions), failing with :class:`NonFiniteValue` as soon as
+        an optimiser step leaves a weight NaN or infinite (before the next step acts on it)."""
+        hook = self.policy.optimizer.register_step_post_hook(self._check_weights)
+        try:
+            self._train()
+        finally:
+            hook.remove()
+
+    def _check_weights(self, *_: object) -> None:
+        for name, param in self.policy.named_parameters():
+            if not torch.isfinite(param).all():
+                raise NonFiniteValue(
+                    f"non-finite weights in {name} after an optimiser step (a NaN or infinite "
+                    "loss or gradient)"
+                )
+
+    def _train(self) -> None:
         rollout_start = self.num_timesteps - self.n_steps * self.n_envs  # the update's data
         if rollout_start < self.critic_warmup:
             with frozen(policy.actor_parameters(self.policy)):
