@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import re
 
 import configs
 import gymnasium as gym
@@ -66,6 +67,21 @@ def test_bc_reaches_80_percent_of_the_expert_on_held_out_tracks(racing_file, tmp
     assert ratio >= 0.8, f"BC return {clone['return'].mean():.2f} is {ratio:.0%} of the expert's"
     plots.loss_curves(result.history, tmp_path / "loss.png")
     assert (tmp_path / "loss.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_diverging_clone_fails_naming_the_epoch_and_the_learning_rate(racing_demos):
+    """A learning rate of 1e20 blows the NLL up in the first epoch: train_bc raises before any
+    clone exists, saying what diverged, when, and which setting to lower."""
+    cfg = dataclasses.replace(FAST, learning_rate=1e20)
+    with pytest.raises(FloatingPointError) as failed:
+        bc.train_bc(racing_demos, policy_cfg=POLICY_CFG, bc_cfg=cfg, seed=7, threads=1)
+    assert re.fullmatch(
+        r"BC diverged in epoch 1 \(seed 7, bc.learning_rate 1e\+20\): (the training loss "
+        r"\(NLL\) is (nan|inf)|the policy's action distribution is invalid \(Expected "
+        r"parameter .*\)); no clone is written. Lower bc.learning_rate, or check the dataset's "
+        r"observations and actions",
+        str(failed.value),
+    ), failed.value
 
 
 def test_same_seed_gives_bitwise_identical_weights_whatever_the_threads(racing_demos):

@@ -182,9 +182,13 @@ def _train(
         batches = train.batches(cfg.batch_size, generator)
         if cfg.augment and data.images:
             batches = ((random_shift(obs, cfg.augment, shifts), act) for obs, act in batches)
-        train_nll, _ = train_epoch(
-            policy, optimizer, batches, ent_coef=cfg.ent_coef, l2_coef=cfg.l2_coef
-        )
+        try:
+            train_nll, _ = train_epoch(
+                policy, optimizer, batches, ent_coef=cfg.ent_coef, l2_coef=cfg.l2_coef
+            )
+        except ValueError as err:  # torch: the action distribution's parameters are invalid
+            what = f"the policy's action distribution is invalid ({str(err).splitlines()[0]})"
+            raise Diverged(what, epoch, seed, cfg) from None
         train_seconds = time.perf_counter() - epoch_start
         eval_batch = IMAGE_EVAL_BATCH if data.images else EVAL_BATCH
         valid_nll = evaluate_nll(policy, valid, eval_batch) if valid.n else math.nan
@@ -196,7 +200,7 @@ def _train(
             "seconds": time.perf_counter() - epoch_start,
         }
         if not math.isfinite(train_nll):
-            raise FloatingPointError(f"BC loss became non-finite in epoch {epoch}")
+            raise Diverged(f"the training loss (NLL) is {train_nll}", epoch, seed, cfg)
         history.append(record)
         if record[select_on] < best["nll"]:
             best = {"nll": record[select_on], "epoch": epoch, "state": _state_copy(policy)}
@@ -243,6 +247,17 @@ def _train(
         dataset_hash=data.demos.attrs.get("content_hash"),
         seconds=time.perf_counter() - start_time,
     )
+
+
+class Diverged(FloatingPointError):
+    """BC's training went non-finite: the message names what, when, and what to change."""
+
+    def __init__(self, what: str, epoch: int, seed: int, cfg: BCConfig) -> None:
+        super().__init__(
+            f"BC diverged in epoch {epoch} (seed {seed}, bc.learning_rate {cfg.learning_rate}): "
+            f"{what}; no clone is written. Lower bc.learning_rate, or check the dataset's "
+            "observations and actions"
+        )
 
 
 def train_epoch(
