@@ -14,6 +14,7 @@ import pytest
 import yaml
 from conftest import REPO, TEST_CONFIG, snakemake
 from rliable import metrics as rly
+from test_tracking import isolated_env
 
 from demo2rl import arms as arms_lib
 from demo2rl import dataset, evaluation, groups, names, rollout, seeds, summary, tasks
@@ -460,9 +461,9 @@ def test_summarize_stage_for_a_generic_task(
     from demo2rl import tracking
     from demo2rl.stages import plot_summary, summarize
 
-    for key in ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_ID", "MLFLOW_EXPERIMENT_NAME"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.delenv(tracking.PARENT_ENV, raising=False)
+    # every variable start_workflow sets, recorded so that it is undone (delenv of a variable
+    # that is not set records nothing: it leaked to the later tests of this worker)
+    isolated_env(monkeypatch)
     rng = np.random.default_rng(0)
     evals, curves = [], {}
     for name, level in [("expert", 90), ("bc", 80)] + [
