@@ -18,9 +18,11 @@ rule train_bc:
         gpu=gpus(config["bc"]["device"]),
         # envs stepped together when clone and expert drive the held-out episodes: speed only
         eval_envs=EVALUATE.n_envs,
+        # the time limit on each env or expert call (task.timeout_s): robustness only
+        timeout_ms=TIMEOUT_MS,
     params:
         tracking=TRACKING,
-        task=config["task"],
+        task=TASK,
         policy=config["policy"],
         bc=config["bc"],
         eval_episodes=EVALUATE.during_training,

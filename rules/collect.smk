@@ -15,9 +15,11 @@ rule collect_shard:
         envs=COLLECT.n_envs,
         # HDF5 compression of image observations: size and speed only (the hash covers the data)
         codec=COLLECT.codec,
+        # the time limit on each env or expert call (task.timeout_s): robustness only
+        timeout_ms=TIMEOUT_MS,
     params:
         tracking=TRACKING,
-        task=config["task"],
+        task=TASK,
         collect=COLLECT.pick("n_episodes", "n_shards"),
         seed=config["seed"],
         code=code("collect_shard", task=True),

@@ -53,8 +53,14 @@ RL_DIR = f"{RESULTS}/{names.RL_DIR}"
 ARM_LOOKS = {arm.name: [arm.label, arm.color] for arm in map(arms.get, INITS)}
 """How tables and figures show each arm: a param of the rules that show them (code fingerprints
 leave labels and colours out, so that editing one retrains nothing)."""
-ENV = {k: config["task"][k] for k in ("env_id", "env_kwargs", "frame_stack")}
+TASK = {k: v for k, v in config["task"].items() if k != "timeout_s"}
+"""The task as a job's param: all but `timeout_s`, which changes no result (the time limit on
+the task's code: the `timeout_ms` resource, demo2rl.jobs.task_config)."""
+ENV = {k: TASK[k] for k in ("env_id", "env_kwargs", "frame_stack", "max_episode_steps")}
 """The task without its expert: what stages that only step the env read."""
+TIMEOUT_MS = max(1, round(1000 * config["task"]["timeout_s"]))
+"""`task.timeout_s` in integer milliseconds, the resource the rules take (Snakemake would round
+a float resource to whole seconds)."""
 TASK_CODE = tasks.entry_point_modules(
     config["task"]["env_id"], config["task"]["expert"]["entry_point"]
 )

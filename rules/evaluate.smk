@@ -36,10 +36,12 @@ rule evaluate:
         runtime=30,
         # envs stepped together: speed only
         envs=EVALUATE.n_envs,
+        # the time limit on each env or expert call (task.timeout_s): robustness only
+        timeout_ms=TIMEOUT_MS,
     params:
         tracking=TRACKING,
         # the expert is the task's; a learned policy's network comes from its checkpoint
-        task=lambda wc: config["task"] if wc.policy == names.EXPERT else ENV,
+        task=lambda wc: TASK if wc.policy == names.EXPERT else ENV,
         episodes=EVALUATE.episodes,
         seed=config["seed"],
         code=code("evaluate", task=True),

@@ -17,10 +17,11 @@ rule train_rl:
         mem_mb=4000,
         runtime=240,
         gpu=gpus(config["rl"]["device"]),
-        # speed and robustness only: envs stepped together in the held-out evaluations, and
-        # env steps between resumable checkpoints
+        # speed and robustness only: envs stepped together in the held-out evaluations, env
+        # steps between resumable checkpoints, the time limit on each env call (task.timeout_s)
         eval_envs=EVALUATE.n_envs,
         checkpoint_every=config["rl"]["checkpoint_every"],
+        timeout_ms=TIMEOUT_MS,
     params:
         tracking=TRACKING,
         task=ENV,

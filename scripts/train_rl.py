@@ -3,8 +3,8 @@
 import sys
 
 from demo2rl import rl
-from demo2rl.config import PolicyConfig, RLConfig, TaskConfig
-from demo2rl.jobs import job
+from demo2rl.config import PolicyConfig, RLConfig
+from demo2rl.jobs import job, task_config
 from demo2rl.names import RLRun
 from demo2rl.stages import train_rl as stage
 
@@ -15,7 +15,7 @@ try:
             arm=wc.init,
             run_seed=int(wc.seed),
             seed=p.seed,
-            task=TaskConfig.of(p.task),
+            task=task_config(snakemake),
             policy=PolicyConfig.of(p.policy),
             rl=RLConfig.of(p.rl),
             clip_obs=p.clip_obs,

@@ -4,6 +4,8 @@ must reject each before any job runs. The tests put this directory on PYTHONPATH
 
 from __future__ import annotations
 
+import time
+
 import gymnasium as gym
 import numpy as np
 
@@ -99,3 +101,62 @@ def float_indices(obs: np.ndarray) -> np.ndarray:
 
 def broken(obs: np.ndarray) -> np.ndarray:
     return obs["position"]  # written for a Dict observation
+
+
+# --------------------------------------------------------------------------------------------
+# hung user code (tests/test_timeouts.py): calls that never return, which task.timeout_s must end
+
+FOREVER = 3600.0
+"""How long a hung call sleeps: far beyond any test's limit (time.sleep is interruptible)."""
+
+
+class HangingEnv(gym.Env):
+    """A tiny task that hangs: in its ``hang_at_step``-th step of an episode (None: never) or in
+    its ``hang_at_reset``-th reset in its life (None: never); episodes last ``length`` steps
+    (None: they never end, and the spec sets no limit, so only task.max_episode_steps cuts them)."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def __init__(self, hang_at_step=None, hang_at_reset=None, length=None):
+        self.hang_at_step, self.hang_at_reset, self.length = hang_at_step, hang_at_reset, length
+        self.resets = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.resets += 1
+        if self.resets == self.hang_at_reset:
+            time.sleep(FOREVER)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        if self.t == self.hang_at_step:
+            time.sleep(FOREVER)
+        end = self.length is not None and self.t >= self.length
+        return np.zeros(2, np.float32), 1.0, False, end, {}
+
+
+gym.register(id="Hanging-v0", entry_point=HangingEnv)
+
+
+def hanging_expert(obs: np.ndarray) -> np.ndarray:
+    """An expert that never returns."""
+    time.sleep(FOREVER)
+    return np.zeros((len(obs), 1), np.float32)
+
+
+STALLS_ON_CALL = 3
+"""stalling_expert hangs on this call (per process): the task probe, which calls the expert
+once, passes; a collection job, which calls it every step, hangs mid-episode."""
+_stalling_calls = 0
+
+
+def stalling_expert(obs: np.ndarray) -> np.ndarray:
+    """A zero-action expert that hangs on its STALLS_ON_CALL-th call in a process."""
+    global _stalling_calls
+    _stalling_calls += 1
+    if _stalling_calls >= STALLS_ON_CALL:
+        time.sleep(FOREVER)
+    return np.zeros((len(obs), 1), np.float32)

@@ -65,6 +65,7 @@ MODULES: dict[str, list[str]] = {
     "demo2rl.io": list(RULES),
     "demo2rl.collect": ["collect_shard", "merge_demos"],
     "demo2rl.rollout": TASK[:-1],
+    "demo2rl.deadline": TASK[:-1],  # through the rollouts (and RL's vec envs)
     "demo2rl.seeds": TASK[:-1],
     "demo2rl.dataset": TASK[:-1],
     "demo2rl.tasks": TASK,
@@ -86,7 +87,7 @@ MODULES: dict[str, list[str]] = {
     "demo2rl.evaluation": TRAINING,
     "demo2rl.bc": ["train_bc"],
     "demo2rl.bc_data": ["train_bc"],
-    "demo2rl.jobspec": ["train_bc", "train_rl"],
+    "demo2rl.jobspec": ["collect_shard", *TRAINING],  # through the typed config sections too
     "demo2rl.rl": ["train_rl"],
     "demo2rl.rl.job": ["train_rl"],
     "demo2rl.rl.recipe": ["train_rl"],
@@ -126,6 +127,8 @@ SPECIAL_VALUES: dict[str, Any] = {
     "rl.seeds": [0, 1],
     "rl.inits": ["bc", "residual", "scratch"],  # an arm fewer: only what compares the arms reruns
     "rl.vec_env": "dummy",  # (native is what auto picks for Racing-v0: the same run)
+    "task.max_episode_steps": 100,  # shorter than the test task's own 150-step episodes
+    "task.timeout_s": 0.5,  # a fraction of a second: the limit is a resource (milliseconds)
 }
 """Changed values where the schema's type alone does not give a valid one."""
 

@@ -38,11 +38,15 @@ def collect_shard(
     n_envs: int,
     frame_stack: int = 1,
     expert_input: str = rollout.OBSERVATION,
+    max_episode_steps: int | None = None,
+    timeout_s: float | None = None,
     progress_every_s: float = 10.0,
 ) -> dataset.Demos:
     """Collect the demonstration episodes ``episodes`` (global indices) as a shard dataset:
     the observations ``frame_stack`` stacked, the expert reading ``expert_input`` (the
-    observations, or privileged ``info.<key>``: :func:`demo2rl.rollout.run_episodes`)."""
+    observations, or privileged ``info.<key>``), each episode cut at ``max_episode_steps``
+    unless the task ends it sooner, and each env or expert call limited to ``timeout_s``
+    (:func:`demo2rl.rollout.run_episodes`)."""
     expert = tasks.load_expert(expert_entry_point, expert_kwargs)
     episode_seeds = [seeds.demo_seed(base_seed, e) for e in episodes]
     start = last = time.perf_counter()
@@ -66,6 +70,8 @@ def collect_shard(
         episode_ids=episodes,  # errors name episodes by their global index
         frame_stack=frame_stack,
         policy_input=expert_input,
+        max_episode_steps=max_episode_steps,
+        timeout_s=timeout_s,
     )
     table["index"] = np.asarray(episodes, dtype=np.int64)
     probe = tasks.make_env(env_id, env_kwargs, frame_stack=frame_stack)

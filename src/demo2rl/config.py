@@ -33,7 +33,7 @@ from typing import Any, Self
 
 import yaml
 
-from demo2rl import seeds, tasks
+from demo2rl import jobspec, seeds, tasks
 
 SCHEMA = Path(__file__).resolve().parents[2] / "config" / "schema.yaml"
 """The config's JSON schema, with every default (the repository's config/schema.yaml)."""
@@ -152,13 +152,22 @@ class ExpertConfig(Section):
 @dataclasses.dataclass(frozen=True)
 class TaskConfig(Section):
     """``task``: the gymnasium env and its expert (None for the stages that only step the env,
-    whose rules pass the task without it)."""
+    whose rules pass the task without it).
+
+    ``max_episode_steps`` caps episodes of an env whose spec sets no limit (None: no cap but the
+    env's own; the workflow always gives one). ``timeout_s`` limits each call of the task's code
+    (:mod:`demo2rl.deadline`; None: no limit): robustness only, so the rules pass it as a
+    resource, not in the task param, and a job's resume key leaves it out (a
+    :func:`demo2rl.jobspec.speed` field).
+    """
 
     PATH = "task"
     env_id: str
     env_kwargs: dict[str, Any]
     frame_stack: int
     expert: ExpertConfig | None
+    max_episode_steps: int | None
+    timeout_s: float | None = jobspec.speed()
 
 
 @dataclasses.dataclass(frozen=True)

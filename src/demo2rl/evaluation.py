@@ -70,10 +70,13 @@ def evaluate(
     n_envs: int,
     frame_stack: int = 1,
     policy_input: str = rollout.OBSERVATION,
+    max_episode_steps: int | None = None,
+    timeout_s: float | None = None,
 ) -> Evaluation:
     """Run one episode per held-out seed, for a check during training: the per-episode metrics
     and the info values at the end, without what costs extra (step means, actions).
-    ``frame_stack`` and ``policy_input`` as in :func:`demo2rl.rollout.run_episodes`."""
+    ``frame_stack``, ``policy_input``, ``max_episode_steps`` (``task.max_episode_steps``) and
+    ``timeout_s`` (``task.timeout_s``) as in :func:`demo2rl.rollout.run_episodes`."""
     _, episodes, info = rollout.run_episodes(
         env_id,
         env_kwargs,
@@ -83,6 +86,8 @@ def evaluate(
         frame_stack=frame_stack,
         policy_input=policy_input,
         keep_observations=False,
+        max_episode_steps=max_episode_steps,
+        timeout_s=timeout_s,
     )
     return _evaluation(episodes, info)
 
@@ -96,10 +101,12 @@ def final_evaluation(
     n_envs: int,
     frame_stack: int = 1,
     policy_input: str = rollout.OBSERVATION,
+    max_episode_steps: int | None = None,
+    timeout_s: float | None = None,
 ) -> Evaluation:
     """Run one episode per held-out seed, for the evaluate stage's record: :func:`evaluate`'s
     metrics plus the info values' step means (and the metrics made of them, e.g. ``avg_speed``)
-    and the first episode's actions."""
+    and the first episode's actions (the keywords as in :func:`evaluate`)."""
     steps, episodes, info = rollout.run_episodes(
         env_id,
         env_kwargs,
@@ -110,6 +117,8 @@ def final_evaluation(
         frame_stack=frame_stack,
         policy_input=policy_input,
         keep_observations=False,
+        max_episode_steps=max_episode_steps,
+        timeout_s=timeout_s,
     )
     start, length = int(episodes["start"][0]), int(episodes["length"][0])
     return _evaluation(episodes, info, np.asarray(steps["actions"][start : start + length]))

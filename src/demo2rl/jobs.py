@@ -7,6 +7,7 @@ call the library inside :func:`job`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import sys
 import time
@@ -14,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from demo2rl import provenance, tracking
-from demo2rl.config import TrackingConfig
+from demo2rl.config import TaskConfig, TrackingConfig
 
 log = logging.getLogger("demo2rl")
 
@@ -33,6 +34,14 @@ def setup_logging(path: str | None) -> None:
         handler.setFormatter(fmt)
     logging.basicConfig(level=logging.INFO, handlers=handlers, force=True)
     logging.captureWarnings(True)
+
+
+def task_config(smk: Any) -> TaskConfig:
+    """The job's task: its ``task`` param (the config's task less ``timeout_s``) with the time
+    limit on the task's code from the ``timeout_ms`` resource (rules/common.smk): robustness
+    only, so a resource, which reruns nothing, not a param."""
+    task = TaskConfig.of(smk.params.task)
+    return dataclasses.replace(task, timeout_s=smk.resources.timeout_ms / 1000)
 
 
 @contextlib.contextmanager

@@ -29,7 +29,8 @@ def speed(**kwargs: Any) -> Any:
 
 def result_fields(spec: Any) -> dict[str, Any]:
     """The fields of ``spec`` that can change its job's result, as plain JSON-able values (a
-    config section as its mapping), by name."""
+    config section as its mapping, less its own speed fields, e.g. ``task.timeout_s``), by
+    name."""
     return {
         field.name: _plain(getattr(spec, field.name))
         for field in dataclasses.fields(spec)
@@ -39,5 +40,9 @@ def result_fields(spec: Any) -> dict[str, Any]:
 
 def _plain(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
+        return result_fields(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(v) for v in value)
     return value

@@ -1,16 +1,20 @@
 """The task probe: before any job runs, build the task from config and try it once.
 
-One batch of :data:`BATCH` envs is made with ``task.env_kwargs``, reset once, and the expert is
-called once on the reset observations. Everything a job would otherwise find out late fails
-here, as a :class:`demo2rl.config.ConfigError` that names the config key and what was found:
-an ``env_kwargs`` or expert ``kwargs`` key the callable does not take, a space the workflow does
-not support, an expert that raises or returns actions of the wrong shape, dtype or range, an arm
-or vec env the task cannot use. It takes well under a second for the shipped tasks.
+One batch of :data:`BATCH` envs is made with ``task.env_kwargs``, reset once, the expert is
+called once on the reset observations, and the batch takes up to :data:`STEPS` steps with the
+expert's actions. Everything a job would otherwise find out late fails here, as a
+:class:`demo2rl.config.ConfigError` that names the config key and what was found: an
+``env_kwargs`` or expert ``kwargs`` key the callable does not take, a space the workflow does
+not support, an env that fails to reset or step, an expert that raises or returns actions of the
+wrong shape, dtype or range, an arm or vec env the task cannot use, and an env or expert call
+that takes longer than ``task.timeout_s`` (:mod:`demo2rl.deadline`: a hung task fails a dry run
+instead of hanging it). It takes well under a second for the shipped tasks.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import logging
 import time
@@ -22,13 +26,16 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from demo2rl import arms, rollout, tasks, vec_kinds
+from demo2rl import arms, deadline, rollout, tasks, vec_kinds
 from demo2rl.config import ConfigError
 
 log = logging.getLogger(__name__)
 
 BATCH = 2
 """Envs in the probe's batch: the expert must handle a batch, not one observation."""
+STEPS = 3
+"""Steps the probe's batch takes (fewer if an episode ends), all with the expert's first actions:
+the expert is called once (a user's expert may count its calls; tests/user_expert.py does)."""
 ALL_ARMS = "all"
 """``rl.inits: all`` (the default): every registered arm that applies to the task."""
 
@@ -67,42 +74,71 @@ def probe_task(config: Mapping[str, Any]) -> Probe:
         f"expert {expert_cfg['entry_point']!r}",
     )
     frame_stack = task["frame_stack"]
+    limit = functools.partial(deadline.limit, task["timeout_s"])
+    env_what = f"the env {env_id!r}:"
     try:
-        if frame_stack > 1:  # the env's own observations first: stacking reshapes them
-            check_observation_space(tasks.spaces(env_id, env_kwargs)[0], env_id)
-        env = tasks.make_vector_env(
-            env_id, env_kwargs, BATCH, AutoresetMode.DISABLED, frame_stack=frame_stack
-        )
+        with limit(f"{env_what} make", lambda: f"the task probe's {BATCH} envs"):
+            if frame_stack > 1:  # the env's own observations first: stacking reshapes them
+                check_observation_space(tasks.spaces(env_id, env_kwargs)[0], env_id)
+            env = tasks.make_vector_env(
+                env_id, env_kwargs, BATCH, AutoresetMode.DISABLED, frame_stack=frame_stack
+            )
     except ConfigError:
         raise
     except Exception as err:  # a user's env: anything can go wrong in its constructor
         raise ConfigError("task.env_kwargs", f"making {env_id!r} failed: {_describe(err)}") from err
     try:
-        obs_space, act_space = env.single_observation_space, env.single_action_space
-        check_observation_space(obs_space, env_id)
-        check_action_space(act_space, env_id)
-        obs, info = env.reset(seed=list(range(BATCH)))
-    except ConfigError:
-        raise
-    except Exception as err:
-        raise ConfigError("task.env_id", f"resetting {env_id!r} failed: {_describe(err)}") from err
+        try:
+            obs_space, act_space = env.single_observation_space, env.single_action_space
+            check_observation_space(obs_space, env_id)
+            check_action_space(act_space, env_id)
+            with limit(f"{env_what} reset", lambda: _probe_episodes(0)):
+                obs, info = env.reset(seed=list(range(BATCH)))
+        except ConfigError:
+            raise
+        except Exception as err:
+            raise ConfigError(
+                "task.env_id", f"resetting {env_id!r} failed: {_describe(err)}"
+            ) from err
+        check_encoder(obs_space, config["policy"]["cnn"])
+        reads, what = _expert_input(expert_cfg["input"], obs, info, env_id)
+        expert = tasks.load_expert(expert_cfg["entry_point"], expert_cfg.get("kwargs"))
+        try:
+            with limit(f"the expert {expert_cfg['entry_point']}", lambda: _probe_episodes(0)):
+                actions = expert(reads)
+        except Exception as err:
+            raise ConfigError(
+                "task.expert.entry_point",
+                f"the expert raised on a batch of {BATCH} reset {what} of shape "
+                f"{reads.shape}: {_describe(err)}",
+            ) from err
+        check_expert_actions(actions, act_space, batch=BATCH)
+        _step(env, np.asarray(actions).astype(act_space.dtype), limit, env_id)
     finally:
         env.close()
-    check_encoder(obs_space, config["policy"]["cnn"])
-    reads, what = _expert_input(expert_cfg["input"], obs, info, env_id)
-    expert = tasks.load_expert(expert_cfg["entry_point"], expert_cfg.get("kwargs"))
-    try:
-        actions = expert(reads)
-    except Exception as err:
-        raise ConfigError(
-            "task.expert.entry_point",
-            f"the expert raised on a batch of {BATCH} reset {what} of shape "
-            f"{reads.shape}: {_describe(err)}",
-        ) from err
-    check_expert_actions(actions, act_space, batch=BATCH)
     check_vec_env(config["rl"], env_id, frame_stack)
     chosen = resolve_arms(config["rl"]["inits"], act_space, env_id)
     return Probe(obs_space, act_space, chosen, time.perf_counter() - start)
+
+
+def _step(env: gym.vector.VectorEnv, actions: np.ndarray, limit: Any, env_id: str) -> None:
+    """Step the probe's batch up to :data:`STEPS` times with ``actions`` (until an episode
+    ends: the batch does not reset itself), each step under the time limit ``limit``."""
+    for step in range(1, STEPS + 1):
+        try:
+            with limit(f"the env {env_id!r}: step", lambda n=step - 1: _probe_episodes(n)):
+                _, _, terminated, truncated, _ = env.step(actions)
+        except Exception as err:
+            raise ConfigError(
+                "task.env_id", f"stepping {env_id!r} failed at step {step}: {_describe(err)}"
+            ) from err
+        if np.any(terminated) or np.any(truncated):
+            return
+
+
+def _probe_episodes(steps: int) -> str:
+    """The probe's episodes, for a timeout's message."""
+    return f"the task probe's {BATCH} episodes, seeds 0-{BATCH - 1}, after {steps} steps"
 
 
 def check_observation_space(space: gym.Space, env_id: str) -> None:
@@ -349,7 +385,10 @@ def _check_kwargs(key: str, fn: Any, kwargs: Mapping[str, Any], what: str) -> No
 
 
 def _describe(err: BaseException) -> str:
-    """``Type: message`` and where it was raised (the innermost frame), for one error line."""
+    """``Type: message`` and where it was raised (the innermost frame; for a timeout, the line
+    the call was at when its time ran out), for one error line."""
     frames = traceback.extract_tb(err.__traceback__)
+    if isinstance(err, deadline.UserCodeTimeout):  # raised by the alarm's handler: skip it
+        frames = [f for f in frames if f.filename != deadline.__file__]
     where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
     return f"{type(err).__name__}: {err}{where}"

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from demo2rl import dataset, tasks
+from demo2rl import dataset, deadline, tasks
 
 OBSERVATION = "observation"
 """The policy input that is the observation itself (``task.expert.input``'s default)."""
@@ -35,6 +35,8 @@ def run_episodes(
     frame_stack: int = 1,
     policy_input: str = OBSERVATION,
     keep_observations: bool = True,
+    max_episode_steps: int | None = None,
+    timeout_s: float | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Run ``policy`` for one episode per seed; returns (steps, episodes, info) arrays.
 
@@ -53,10 +55,21 @@ def run_episodes(
     env's ``info[key]`` after each reset and step (a privileged expert's state; the recorded
     observations are still the env's). Without ``keep_observations`` the steps hold no
     observations (an evaluation, which needs none, then holds no frames).
+
+    Every episode ends within ``max_episode_steps`` steps (``task.max_episode_steps``), unless
+    the task sets a limit of its own (:func:`demo2rl.tasks.episode_cap`): cut there, it is
+    truncated, as gymnasium's TimeLimit does, so the steps held are bounded by the episodes
+    times the cap. Each batched reset and step of the env and each call of the policy must
+    return within ``timeout_s`` seconds (``task.timeout_s``; None: no limit), else
+    :class:`demo2rl.deadline.UserCodeTimeout` names the call, the env or the expert, and the
+    episodes it was running (their numbers, seeds and steps).
     """
     n = len(episode_seeds)
     batch = min(n_envs, n)
-    env = tasks.make_vector_env(env_id, env_kwargs, batch, AutoresetMode.DISABLED, frame_stack)
+    env = tasks.make_vector_env(
+        env_id, env_kwargs, batch, AutoresetMode.DISABLED, frame_stack, max_episode_steps
+    )
+    cap = tasks.episode_cap(env_id, env_kwargs, max_episode_steps)
     read = policy_reader(policy_input, env_id)
     space = env.single_action_space
     slot_episode = np.arange(batch)  # episode (position in episode_seeds) in each slot; -1: idle
@@ -68,7 +81,21 @@ def run_episodes(
         slots = slot_episode >= 0 if slots is None else slots
         _check_finite(values, what, env_id, slots, slot_episode, slot_step, ids, episode_seeds)
 
-    obs, info = env.reset(seed=[int(s) for s in episode_seeds[:batch]])
+    def limit(what: str, slots: np.ndarray | None = None) -> Any:
+        """``what`` (a call of the env or the expert) under ``timeout_s``; ``slots`` (a mask):
+        the episodes it runs, for the message (default: every running one)."""
+
+        def where() -> str:
+            mask = slot_episode >= 0 if slots is None else slots & (slot_episode >= 0)
+            running = np.flatnonzero(mask)
+            return _describe_episodes(running, slot_episode, slot_step, ids, episode_seeds)
+
+        return deadline.limit(timeout_s, what, where)
+
+    env_what = f"the env {env_id!r}:"
+    expert_what = f"the expert {_callable_name(policy)}"
+    with limit(f"{env_what} reset"):
+        obs, info = env.reset(seed=[int(s) for s in episode_seeds[:batch]])
     inputs = read(obs, info, "at reset")
     rows: dict[str, list[np.ndarray]] = {k: [] for k in (*dataset.STEP_KEYS, "episode")}
     final_obs = np.zeros((n, *env.single_observation_space.shape), obs.dtype)
@@ -78,9 +105,13 @@ def run_episodes(
     done_count = 0
     while done_count < n:
         check_finite(obs, "observation")
-        actions = tasks.checked_actions(policy, inputs, space)
-        next_obs, rewards, terminated, truncated, info = env.step(actions)
+        with limit(expert_what):
+            actions = tasks.checked_actions(policy, inputs, space)
+        with limit(f"{env_what} step"):
+            next_obs, rewards, terminated, truncated, info = env.step(actions)
         slot_step += 1
+        if cap is not None:  # as gymnasium's TimeLimit, also for a task's own batched env
+            truncated = truncated | (slot_step >= cap)
         check_finite(rewards, "reward")
         for key, value in zip(
             (*dataset.STEP_KEYS, "episode"),
@@ -116,7 +147,8 @@ def run_episodes(
         reset_mask = ended
         slot_step[reset_mask] = 0
         step_inputs = read(next_obs, info, "after a step")
-        obs, info = env.reset(seed=reset_seeds, options={"reset_mask": reset_mask})
+        with limit(f"{env_what} reset", reset_mask):
+            obs, info = env.reset(seed=reset_seeds, options={"reset_mask": reset_mask})
         obs = np.where(reset_mask.reshape(-1, *[1] * (obs.ndim - 1)), obs, next_obs)
         inputs = read(obs, info, "at reset")
         inputs = np.where(reset_mask.reshape(-1, *[1] * (inputs.ndim - 1)), inputs, step_inputs)
@@ -173,6 +205,31 @@ def policy_reader(
         return np.asarray(info[key])
 
     return read
+
+
+def _callable_name(fn: Any) -> str:
+    """``module:qualname`` of a callable (of the function a ``functools.partial`` binds)."""
+    fn = getattr(fn, "func", fn)
+    module = getattr(fn, "__module__", None) or "?"
+    return f"{module}:{getattr(fn, '__qualname__', type(fn).__qualname__)}"
+
+
+def _describe_episodes(
+    slots: np.ndarray,
+    slot_episode: np.ndarray,
+    slot_step: np.ndarray,
+    episode_ids: Sequence[int],
+    episode_seeds: Sequence[int],
+    most: int = 8,
+) -> str:
+    """The episodes running in ``slots``: number (in ``episode_ids``), seed and steps taken."""
+    parts = [
+        f"{episode_ids[slot_episode[s]]} (seed {int(episode_seeds[slot_episode[s]])}, "
+        f"after {int(slot_step[s])} steps)"
+        for s in sorted(slots, key=lambda s: slot_episode[s])
+    ]
+    more = f" and {len(parts) - most} more" if len(parts) > most else ""
+    return f"episode{'s' if len(parts) > 1 else ''} {', '.join(parts[:most])}{more}"
 
 
 def _check_finite(

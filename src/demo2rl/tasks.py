@@ -43,12 +43,47 @@ def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
         raise TaskError(f"unknown gymnasium env id {env_id!r}: {err}") from err
 
 
+def own_episode_limit(env_id: str, env_kwargs: Mapping[str, Any]) -> int | None:
+    """The step limit the task sets itself: ``env_kwargs``' ``max_episode_steps`` (a keyword of
+    ``gymnasium.make``), else its spec's; None when it sets none (-1 in the kwargs: none)."""
+    limit = env_kwargs.get("max_episode_steps", env_spec(env_id).max_episode_steps)
+    return None if limit is None or limit < 0 else int(limit)
+
+
+def episode_cap(
+    env_id: str, env_kwargs: Mapping[str, Any], max_episode_steps: int | None
+) -> int | None:
+    """The steps after which an episode of the task is truncated: the task's own limit
+    (:func:`own_episode_limit`), else ``max_episode_steps`` (``task.max_episode_steps``; None:
+    no cap)."""
+    own = own_episode_limit(env_id, env_kwargs)
+    return own if own is not None else max_episode_steps
+
+
+def _time_limit(
+    env_id: str, env_kwargs: Mapping[str, Any], max_episode_steps: int | None
+) -> dict[str, Any]:
+    """``gymnasium.make``'s keyword that caps the task's episodes at ``max_episode_steps`` with
+    its TimeLimit wrapper, when the task sets no limit of its own (else nothing)."""
+    if max_episode_steps is None or own_episode_limit(env_id, env_kwargs) is not None:
+        return {}
+    return {"max_episode_steps": int(max_episode_steps)}
+
+
 def make_env(
-    env_id: str, env_kwargs: Mapping[str, Any], *, frame_stack: int = 1, **extra: Any
+    env_id: str,
+    env_kwargs: Mapping[str, Any],
+    *,
+    frame_stack: int = 1,
+    max_episode_steps: int | None = None,
+    **extra: Any,
 ) -> gym.Env:
     """One environment of the task, ``frame_stack`` observations stacked as one
-    (:func:`stack_frames`); ``extra`` e.g. ``render_mode``."""
-    return stack_frames(gym.make(env_id, **dict(env_kwargs), **extra), frame_stack)
+    (:func:`stack_frames`), its episodes truncated after ``max_episode_steps`` steps
+    (gymnasium's TimeLimit) if the task sets no limit of its own (:func:`episode_cap`);
+    ``extra`` e.g. ``render_mode``."""
+    limit = _time_limit(env_id, env_kwargs, max_episode_steps)
+    return stack_frames(gym.make(env_id, **dict(env_kwargs), **limit, **extra), frame_stack)
 
 
 def spaces(
@@ -111,6 +146,7 @@ def make_vector_env(
     num_envs: int,
     autoreset_mode: AutoresetMode = AutoresetMode.NEXT_STEP,
     frame_stack: int = 1,
+    max_episode_steps: int | None = None,
 ) -> gym.vector.VectorEnv:
     """A batch of ``num_envs`` environments in this process.
 
@@ -118,13 +154,19 @@ def make_vector_env(
     one that takes an ``autoreset_mode``, as ``Racing-v0`` does, and gymnasium's
     ``SyncVectorEnv`` of single envs otherwise (e.g. gymnasium's own ``CartPoleVectorEnv``,
     which only resets on the next step), and always when frames are stacked (each single env
-    stacks its own: :func:`stack_frames`).
+    stacks its own: :func:`stack_frames`). Single envs are capped at ``max_episode_steps`` as
+    in :func:`make_env`; a task's own batched env must end its episodes itself (the rollouts
+    cut them at :func:`episode_cap` whatever the env).
     """
     if frame_stack > 1:
-        return gym.vector.SyncVectorEnv(
-            [functools.partial(make_env, env_id, env_kwargs, frame_stack=frame_stack)] * num_envs,
-            autoreset_mode=autoreset_mode,
+        make = functools.partial(
+            make_env,
+            env_id,
+            env_kwargs,
+            frame_stack=frame_stack,
+            max_episode_steps=max_episode_steps,
         )
+        return gym.vector.SyncVectorEnv([make] * num_envs, autoreset_mode=autoreset_mode)
     if has_vector_env(env_id):
         return gym.make_vec(
             env_id,
@@ -139,6 +181,7 @@ def make_vector_env(
         vectorization_mode="sync",
         vector_kwargs={"autoreset_mode": autoreset_mode},
         **dict(env_kwargs),
+        **_time_limit(env_id, env_kwargs, max_episode_steps),
     )
 
 

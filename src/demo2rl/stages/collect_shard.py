@@ -27,7 +27,8 @@ def collect_shard(
 
     ``n_envs`` (envs stepped as one batch) changes speed, never the episodes: each episode's seed
     is fixed by its index. ``codec`` compresses image observations (size and speed, never the
-    data or its content hash). Both are rule resources, not params.
+    data or its content hash). Both are rule resources, not params, as is ``task.timeout_s``
+    (each env or expert call's time limit: robustness only).
     """
     assert task.expert is not None, "collection needs the task's expert"
     demos = collect.collect_shard(
@@ -40,6 +41,8 @@ def collect_shard(
         n_envs=n_envs,
         frame_stack=task.frame_stack,
         expert_input=task.expert.input,
+        max_episode_steps=task.max_episode_steps,
+        timeout_s=task.timeout_s,
     )
     digest = dataset.write(out, demos, codec=codec)
     run.log_metrics(collect.dataset_metrics(demos))

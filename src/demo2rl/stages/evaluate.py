@@ -49,7 +49,8 @@ def evaluate_policy(
     actions for replays) to ``out`` and logs its means on the job's run, tagged with the policy.
     A learned policy's network is built from the config its checkpoint records, and the
     checkpoint must record the content hash of ``demos_path`` (the experiment's dataset) as the
-    one it was trained on. ``n_envs`` (envs stepped together) changes speed, never results.
+    one it was trained on. ``n_envs`` (envs stepped together) changes speed, never results, and
+    ``task.timeout_s`` (each env or expert call's time limit) only whether a hung call fails.
     """
     torch.set_num_threads(1)  # one thread: fastest for small MLPs, and results stay exact
     group = groups.policy_group(name)
@@ -85,6 +86,8 @@ def evaluate_policy(
         n_envs=n_envs,
         frame_stack=task.frame_stack,
         policy_input=reads,
+        max_episode_steps=task.max_episode_steps,
+        timeout_s=task.timeout_s,
     )
     seconds = time.perf_counter() - start
     means = result.means()
