@@ -1,12 +1,16 @@
 """Faults: a workflow hard-killed while it writes resumes to identical results; a broken expert,
 a NaN reward, a bad file and a full disk fail the job with a clear error and leave no output; a
-task whose every return is 0 divides by nothing. Every case runs the real workflow."""
+task whose every return is 0 divides by nothing. Every case runs the real workflow, but for the
+full disks: each writer is run on a real tiny filesystem (tmpfs), and a full MLflow store under
+one tracked job."""
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import json
+import logging
 import math
 import os
 import re
@@ -18,14 +22,19 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
+import gymnasium as gym
+import numpy as np
+import pandas as pd
 import pytest
 import torch
 import yaml
 from conftest import BIN, REPO, TEST_CONFIG, snakemake, unavailable
+from test_dataset_images import make_image_demos
 from user_tasks import nan_reward_step
 
-from demo2rl import collect, dataset, seeds
+from demo2rl import collect, dataset, io, seeds
 
 pytestmark = pytest.mark.integration
 CONFIG = yaml.safe_load(TEST_CONFIG.read_text())
@@ -41,6 +50,16 @@ USER_CODE = {
 }
 """The environment that lets a config name the user modules tests/user_tasks.py, user_expert.py."""
 
+
+TRACKING_ENV = (
+    "MLFLOW_TRACKING_URI",
+    "MLFLOW_EXPERIMENT_ID",
+    "MLFLOW_EXPERIMENT_NAME",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT",
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR",
+)
+"""MLflow's environment variables that demo2rl.tracking reads or sets (and its own parent run's)."""
 
 UNTRACKED = {"enabled": False}
 """The tracking section of the workflows here that check no tracking (conftest.untracked): all
@@ -398,34 +417,273 @@ def tmpfs(tmp_path):
 
     yield mount
     for path in mounted:
-        subprocess.run(["umount", str(path)], check=False)
+        if subprocess.run(["umount", str(path)], capture_output=True).returncode != 0:
+            # a file still open (MLflow's store, torch's writer held by a caught error's
+            # traceback): detached now, freed once closed
+            subprocess.run(["umount", "--lazy", str(path)], check=False)
 
 
-def test_a_full_disk_gives_a_clear_error(tmp_path, tmpfs, untracked_config):
-    """The shard's directory is a 4 MiB tmpfs, filled up but for 256 KiB: the job fails naming the
-    file, the space it needs and the space free; checked while the disk is still full, nothing
-    (no shard, no temporary file) was left on it."""
-    demos = tmpfs(tmp_path / "results" / EXP / "demos", "4m")
-    with open(demos / "filler", "wb") as fh:
-        fh.write(b"\0" * (shutil.disk_usage(demos).free - 256 * 1024))
-    free = shutil.disk_usage(demos).free
-    assert free <= 256 * 1024, "the tmpfs is full"
-    proc = run_to(tmp_path, SHARDS[0], config=untracked_config)
-    # still mounted and full: everything below is about the full disk, not the directory under it
-    assert os.path.ismount(demos)
-    assert proc.returncode != 0
-    log = (tmp_path / "results" / EXP / "logs" / "collect_shard" / "0.log").read_text()
-    match = re.search(
-        rf"{re.escape(SHARDS[0])}: not enough disk space: the file needs about ([\d.]+) MiB, "
-        rf"([\d.]+) MiB are free in {re.escape(str(Path(SHARDS[0]).parent))}",
-        log,
+def fill(directory: Path, leave: int) -> int:
+    """Fill the filesystem of ``directory`` (a file ``filler`` in it) until ``leave`` bytes are
+    free, or up to a page (4 KiB) more; returns the bytes free then."""
+    with open(directory / "filler", "ab") as fh:
+        fh.write(b"\0" * (max(0, shutil.disk_usage(directory).free - leave) // 4096 * 4096))
+    return shutil.disk_usage(directory).free
+
+
+def image_demos(frames: int, first: int = 0) -> dataset.Demos:
+    """A shard of ``frames`` 32x32x3 frames in 4 episodes (3 KiB a frame, stored uncompressed
+    with codec "none", so that its size is known)."""
+    return make_image_demos(4, first, shape=(32, 32, 3), lengths=np.full(4, frames // 4))
+
+
+def check_then_fill(monkeypatch: pytest.MonkeyPatch, disk: Path, leave: int) -> list[Path]:
+    """dataset's space check runs as it is (and passes); then another writer takes all but
+    ``leave`` bytes of ``disk``, before the file is written. Returns the paths checked."""
+    checked: list[Path] = []
+    real = dataset._check_space
+
+    def check(path: Path, nbytes: int) -> None:
+        real(path, nbytes)
+        checked.append(path)
+        fill(disk, leave)
+
+    monkeypatch.setattr(dataset, "_check_space", check)
+    return checked
+
+
+def assert_disk_full(err: io.DiskFull, path: Path) -> None:
+    """``err`` names ``path`` and the space free on its filesystem (now), and the full disk
+    holds neither the file nor a temporary file, only the filler."""
+    free = shutil.disk_usage(path.parent).free
+    assert isinstance(err, OSError) and err.errno == errno.ENOSPC
+    assert (err.path, err.free) == (path, free)
+    assert str(err).startswith(f"{path}: not enough disk space: the disk filled up "), err
+    assert str(err).endswith(f"; {io.size_text(free)} are free in {path.parent}"), err
+    assert os.listdir(path.parent) == ["filler"], "no file and no temporary file"
+
+
+def test_the_space_check_refuses_a_shard_that_would_not_fit_with_its_margin(tmp_path, tmpfs):
+    """A shard of 1.0 MiB of data on a disk with 1.5 MiB free: room for the file itself, but
+    not for the 5% and 1 MiB the space check adds (for HDF5's structures), so only the check can
+    refuse it. The write fails before it starts, naming the file, the space it needs and the
+    space free, and writes nothing; with the space it asks for free, the same shard is written
+    (and takes less than the 1.5 MiB of the first try)."""
+    demos = image_demos(320)
+    nbytes = sum(a.nbytes for g in (demos.steps, demos.episodes, demos.info) for a in g.values())
+    need = math.ceil(nbytes * 1.05) + 2**20
+    disk = tmpfs(tmp_path / "demos", "4m")
+    path = disk / "shard-0.h5"
+    free = fill(disk, nbytes + 2**19)
+    with pytest.raises(io.DiskFull) as caught:
+        dataset.write(path, demos, codec="none")
+    assert (caught.value.need, caught.value.free) == (need, free)
+    assert str(caught.value) == (
+        f"{path}: not enough disk space: the file needs about {io.size_text(need)}, "
+        f"{io.size_text(free)} are free in {disk}"
     )
-    assert match, log[-2000:]
-    need_mib, free_mib = map(float, match.groups())
-    assert math.isclose(free_mib, free / 2**20, abs_tol=0.051), (free_mib, free)
-    assert need_mib > free_mib
-    assert os.listdir(demos) == ["filler"], "no shard and no temporary file on the full disk"
-    assert shutil.disk_usage(demos).free == free
+    assert os.listdir(disk) == ["filler"] and shutil.disk_usage(disk).free == free
+    (disk / "filler").unlink()
+    fill(disk, need)
+    dataset.write(path, demos, codec="none")
+    assert dataset.read(path, verify=True).n_steps == 320
+    assert path.stat().st_size < free, "the first try had room for the file"
+
+
+def test_a_shard_that_fills_the_disk_while_it_is_written(tmp_path, tmpfs, monkeypatch):
+    """The space check passes; then another writer leaves 256 KiB of the disk for a shard of
+    1 MiB: its write runs out of space. The error names the file and the free space, HDF5 has
+    not crashed the process (it does when it cannot flush its caches at close), and neither
+    the shard nor its temporary file is left."""
+    disk = tmpfs(tmp_path / "demos", "4m")
+    path = disk / "shard-0.h5"
+    checked = check_then_fill(monkeypatch, disk, 2**18)
+    with pytest.raises(io.DiskFull) as caught:
+        dataset.write(path, image_demos(320), codec="none")
+    assert checked == [path]
+    assert_disk_full(caught.value, path)
+
+
+def test_a_merge_that_fills_the_disk_while_it_writes(tmp_path, tmpfs, monkeypatch):
+    """Two shards of 0.5 MiB (on another disk) merged onto one that the space check finds big
+    enough, and that another writer then fills but for 256 KiB: the merge stops when the disk
+    is full, with the error naming the merged file and the free space, not a shard (the merge
+    names a shard it cannot read), and leaves no file."""
+    shards = [image_demos(160), image_demos(160, first=4)]
+    paths = [tmp_path / f"shard-{k}.h5" for k in range(2)]
+    for shard, shard_path in zip(shards, paths, strict=True):
+        dataset.write(shard_path, shard, codec="none")
+    disk = tmpfs(tmp_path / "demos", "4m")
+    path = disk / "demos.h5"
+    checked = check_then_fill(monkeypatch, disk, 2**18)
+    with pytest.raises(io.DiskFull) as caught:
+        dataset.merge_files(paths, path, n_episodes=8, valid_fraction=0.25, codec="none")
+    assert checked == [path]
+    assert_disk_full(caught.value, path)
+
+
+def test_a_policy_checkpoint_that_fills_the_disk(tmp_path, tmpfs):
+    """The clone's and every RL policy's checkpoint (checkpoints.save_checkpoint), 1 MiB of
+    weights, on a disk with 64 KiB free."""
+    from configs import policy as policy_config
+
+    from demo2rl import checkpoints
+    from demo2rl import policy as P
+
+    cfg = policy_config(net_arch={"pi": [256, 256], "vf": [256, 256]})
+    obs, act = gym.spaces.Box(-1, 1, (3,), np.float32), gym.spaces.Box(-1, 1, (1,), np.float32)
+    policy, norm = P.build_policy(obs, act, cfg), P.ObsNormalizer(np.zeros(3), np.ones(3))
+    disk = tmpfs(tmp_path / "bc", "1m")
+    fill(disk, 2**16)
+    path = disk / "policy.pt"
+    with pytest.raises(io.DiskFull) as caught:
+        checkpoints.save_checkpoint(
+            path, policy, norm, policy_cfg=cfg, observation_space=obs, action_space=act, meta={}
+        )
+    assert_disk_full(caught.value, path)
+
+
+def test_an_rl_checkpoint_that_fills_the_disk(tmp_path, tmpfs):
+    """RL's resumable state (rl.state.save_state: torch.save to a path, whose C++ writer fails
+    with a RuntimeError that names no cause), 1 MiB of weights, on a disk with 64 KiB free."""
+    from demo2rl.rl import position, state
+
+    policy = torch.nn.Linear(512, 512)
+    policy.optimizer = torch.optim.Adam(policy.parameters())
+    at = position.Position(
+        timesteps=1024,
+        n_updates=8,
+        rng={"torch": torch.get_rng_state()},
+        last_obs=np.zeros((4, 3), np.float32),
+        episode_starts=np.zeros(4, bool),
+        episode_infos=[],
+        successes=[],
+        env=None,
+    )
+    disk = tmpfs(tmp_path / "state", "1m")
+    fill(disk, 2**16)
+    path = disk / state.CHECKPOINT
+    with pytest.raises(io.DiskFull) as caught:
+        state.save_state(path, SimpleNamespace(policy=policy), {"evaluations": []}, at)
+    assert_disk_full(caught.value, path)
+
+
+def _markdown(path: Path) -> None:  # as stages.summarize writes summary.md
+    with io.atomic_path(path) as tmp:
+        tmp.write_text("| policy | return |\n|---|---|\n" + "| bc | 1.0 |\n" * 4000)
+
+
+def _table(path: Path) -> None:  # as stages.train_rl writes progress.csv and evaluations.csv
+    with io.atomic_path(path) as tmp:
+        pd.DataFrame({"step": range(4000), "return_mean": 0.5}).to_csv(tmp, index=False)
+
+
+def _summary_csv(path: Path) -> None:
+    from demo2rl.stages import summarize
+
+    summarize._write_csv(str(path), [{"policy": "bc", "return": 1.0}] * 4000)
+
+
+def _figure(path: Path) -> None:
+    from demo2rl import plots
+
+    history = [{"epoch": e, "train_nll": 1 / e, "valid_nll": 1.1 / e} for e in range(1, 40)]
+    plots.loss_curves(history, path)
+
+
+def _animation(path: Path) -> None:
+    from demo2rl import plots
+
+    rng = np.random.default_rng(0)
+    plots.animation(list(rng.integers(0, 256, (4, 64, 64, 3), dtype=np.uint8)), path, fps=10)
+
+
+WRITERS = {
+    "evaluation.json": lambda path: io.write_json(path, {"returns": list(range(4000))}),
+    "summary.md": _markdown,
+    "policies.csv": _summary_csv,
+    "progress.csv": _table,
+    "bc_loss.png": _figure,
+    "episode.gif": _animation,
+}
+"""The other writers, by the file they write: JSON (evaluations, the summary, BC's metrics, RL's
+state), Markdown, CSV (the summary's tables; pandas: RL's progress and evaluations), figures
+and animations. Each writes more than 8 KiB."""
+
+
+@pytest.mark.parametrize("name", WRITERS)
+def test_every_other_writer_on_a_full_disk(tmp_path, tmpfs, name):
+    """Each on a disk with 8 KiB free."""
+    disk = tmpfs(tmp_path / "out", "256k")
+    fill(disk, 2**13)
+    path = disk / name
+    with pytest.raises(io.DiskFull) as caught:
+        WRITERS[name](path)
+    assert_disk_full(caught.value, path)
+
+
+def test_a_full_disk_under_the_mlflow_store_degrades_tracking_as_an_outage(
+    tmp_path, tmpfs, monkeypatch, caplog
+):
+    """The SQLite store has a filesystem of its own, which fills up once the workflow has
+    started (store, experiment and parent run made). A merge job then cannot create its run nor
+    log to it ("database or disk is full"): its tracking degrades as in an outage (buffered,
+    retried, given up at the job's end, saying why) and the job's dataset is complete. With
+    space free again, the store is intact and records the end of the workflow."""
+    import sqlite3
+
+    from mlflow.tracking import MlflowClient
+
+    from demo2rl import tracking
+    from demo2rl.config import TrackingConfig
+    from demo2rl.stages.merge_demos import merge_demos
+    from demo2rl.tracking import outbox
+
+    for key in (*TRACKING_ENV, tracking.PARENT_ENV):  # recorded, so what the code sets is undone
+        monkeypatch.setenv(key, "")
+        monkeypatch.delenv(key)
+    store = tmpfs(tmp_path / "store", "16m")
+    uri = f"sqlite:///{store / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setattr(outbox, "FLUSH_GRACE_S", 2.0)
+    settings = TrackingConfig(enabled=True, fail_on_error=False)
+    results = tmp_path / "results"
+    parent = tracking.start_workflow("faults-store", {}, settings, results_dir=results)
+    assert parent is not None
+    shards = [results / f"shard-{k}.h5" for k in range(2)]
+    for k, path in enumerate(shards):
+        dataset.write(path, make_image_demos(4, first=4 * k))
+    out = results / "demos.h5"
+    fill(store, 0)
+    caplog.set_level(logging.INFO, logger="demo2rl.tracking")
+    with tracking.child_run(
+        "merge-demos",
+        stage="merge",
+        rule="merge_demos",
+        wildcards={},
+        params={"n_episodes": 8},
+        inputs=shards,
+        outputs=[out],
+        settings=settings,
+    ) as run:
+        merge_demos(
+            shards=[str(p) for p in shards],
+            out=str(out),
+            n_episodes=8,
+            valid_fraction=0.25,
+            codec="gzip",
+            run=run,
+        )
+    assert dataset.read(out, verify=True).n_episodes == 8
+    full = re.escape("sqlite3.OperationalError: database or disk is full; ")
+    assert re.search(rf"MLflow tracking failed \(create_run: {full}", caplog.text)
+    assert re.search(rf"\(last error: {full}.*\): giving up on \d+ tracking calls", caplog.text)
+    assert run.run_id is None and run.outbox.dropped > 0
+    (store / "filler").unlink()
+    tracking.end_workflow(True, settings)
+    assert MlflowClient(uri).get_run(parent).info.status == "FINISHED"
+    with contextlib.closing(sqlite3.connect(store / "mlflow.db")) as db:
+        assert db.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
 
 
 # --------------------------------------------------------------------------------------------

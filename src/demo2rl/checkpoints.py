@@ -80,8 +80,8 @@ def save_checkpoint(
         "meta": meta_out,
         "residual_base": policy.base_spec if isinstance(policy, ResidualPolicy) else None,
     }
-    with atomic_path(path) as tmp:
-        torch.save(checkpoint, tmp)
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        torch.save(checkpoint, fh)  # to a Python file: a full disk raises ENOSPC, not a bare error
 
 
 def load_checkpoint(

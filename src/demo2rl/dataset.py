@@ -46,14 +46,14 @@ columns.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import hashlib
 import json
 import math
 import os
-import shutil
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +61,7 @@ import gymnasium as gym
 import h5py
 import numpy as np
 
-from demo2rl.io import atomic_path
+from demo2rl import io
 
 FORMAT = "demo2rl-demos"
 FORMAT_VERSION = 1
@@ -347,14 +347,15 @@ def write(path: str | os.PathLike[str], demos: Demos, *, codec: str = DEFAULT_CO
     """Write ``demos`` to ``path`` atomically; returns the content hash (also stored).
 
     Image observations are compressed with ``codec`` (one of :data:`CODECS`; the content hash
-    does not depend on it). Checks the free space first: HDF5 fails badly on a full disk (h5py
-    can crash the process).
+    does not depend on it). A disk without room for it fails with :class:`demo2rl.io.DiskFull`
+    (before writing when the free space is short of the data, else when the disk fills up), and
+    no file is left (see :func:`_created`).
     """
     _check_codec(codec)
     digest = content_hash(demos)
     groups = (demos.steps, demos.episodes, demos.info, demos.split or {}, demos.stats or {})
     _check_space(Path(path), sum(a.nbytes for g in groups for a in g.values()))
-    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+    with _created(path) as (f, disk):
         _write_attrs(f, demos.attrs | {"codec": codec, "content_hash": digest})
         groups = {"steps": demos.steps, "episodes": demos.episodes, "episodes/info": demos.info}
         groups |= {"split": demos.split or {}, "stats": demos.stats or {}}
@@ -363,7 +364,29 @@ def write(path: str | os.PathLike[str], demos: Demos, *, codec: str = DEFAULT_CO
             for key, arr in arrays.items():
                 layout = _layout(f"{group}/{key}", arr.shape, arr.dtype, codec)
                 g.create_dataset(key, data=arr, **layout)
+                disk.check()
     return digest
+
+
+@contextlib.contextmanager
+def _created(
+    path: str | os.PathLike[str], **kwargs: Any
+) -> Iterator[tuple[h5py.File, io.DeferredFile]]:
+    """A new HDF5 file written atomically to ``path`` (``kwargs``: more ``h5py.File`` keywords),
+    with the :class:`demo2rl.io.DeferredFile` under it, whose ``check()`` the writer calls
+    between its HDF5 calls.
+
+    HDF5 writes through that file, which never fails a write for want of space: HDF5 that cannot
+    flush its caches when it closes a file crashes the process (h5py 3.16, HDF5 2.0: a
+    segmentation fault in ``File.close``), leaving the temporary file behind. So the first write
+    that finds the disk full is remembered, HDF5 finishes its call and closes the file without
+    an error, and the writer's next ``check()`` (and the one here after the close) raises it;
+    :func:`demo2rl.io.atomic_path` then removes the file and raises :class:`demo2rl.io.DiskFull`.
+    """
+    with io.atomic_path(path) as tmp, io.DeferredFile(tmp) as disk:
+        with h5py.File(disk, "w", **kwargs) as f:
+            yield f, disk
+        disk.check()
 
 
 def _write_attrs(f: h5py.File, attrs: Mapping[str, Any]) -> None:
@@ -510,7 +533,7 @@ def merge_files(
     attrs = _merged_attrs(shards, names, hashes, n_episodes, valid_fraction) | {"codec": codec}
     split = episode_split(n_episodes, valid_fraction, seed=attrs["base_seed"])
     _check_space(Path(out), _merged_bytes(paths, columns, codec, shards))
-    with atomic_path(out) as tmp, h5py.File(tmp, "w", **STREAMING) as f:
+    with _created(out, **STREAMING) as (f, disk):
         _write_attrs(f, attrs)
         appenders = {}
         for name, (shape, dtype) in columns.items():
@@ -518,7 +541,7 @@ def merge_files(
             ds = f.require_group(group).create_dataset(
                 key, shape=shape, dtype=dtype, **_layout(name, shape, dtype, codec)
             )
-            appenders[name] = _Appender(ds, Path(out))
+            appenders[name] = _Appender(ds, Path(out), disk)
         for path, shard in zip(paths, shards, strict=True):
             _copy_shard(Path(path), shard, appenders)
         for appender in appenders.values():
@@ -535,6 +558,7 @@ def merge_files(
         for key, arr in _file_statistics(f, rows).items():
             f.require_group("stats").create_dataset(key, data=arr, **_small(arr))
         f.flush()
+        disk.check()  # before the file is read back
         digest = _hash(_file_groups(f), _file_attrs(f))  # the file as written, in blocks
         f.attrs["content_hash"] = digest
     return digest
@@ -658,7 +682,11 @@ def _copy_shard(path: Path, shard: Demos, appenders: Mapping[str, _Appender]) ->
             computed = _hash(_file_groups(f), _file_attrs(f), visit=copy)
     except DatasetError:
         raise
-    except (OSError, KeyError, ValueError) as err:
+    except OSError as err:
+        if err.errno in io.NO_SPACE:  # the merged file's disk, not this shard
+            raise
+        raise DatasetError(path, f"unreadable or incomplete HDF5 dataset ({err})") from err
+    except (KeyError, ValueError) as err:
         raise DatasetError(path, f"unreadable or incomplete HDF5 dataset ({err})") from err
     _check_hash(path, shard.attrs.get("content_hash"), computed)
 
@@ -667,8 +695,8 @@ class _Appender:
     """Writes rows to an h5py dataset in order, in blocks of whole chunks: a chunk is written
     (and compressed) once, whatever the shard boundaries."""
 
-    def __init__(self, ds: h5py.Dataset, path: Path) -> None:
-        self.ds, self.path = ds, path
+    def __init__(self, ds: h5py.Dataset, path: Path, disk: io.DeferredFile) -> None:
+        self.ds, self.path, self.disk = ds, path, disk
         self.at = 0  # rows written
         self.block = _block_rows(ds)  # (at most the column's rows)
         self.buffer: np.ndarray | None = None
@@ -710,6 +738,7 @@ class _Appender:
             self.ds[self.at : self.at + len(rows)] = rows
         except (OSError, ValueError) as err:
             raise DatasetError(self.path, f"writing {self.ds.name} failed ({err})") from err
+        self.disk.check()  # a full disk: raised here, not as a failed write (see _created)
         self.at += len(rows)
 
 
@@ -759,15 +788,9 @@ def episode_return(rewards: np.ndarray) -> float:
 
 
 def _check_space(path: Path, nbytes: int) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    need = nbytes * 1.05 + (1 << 20)
-    free = shutil.disk_usage(path.parent).free
-    if need > free:
-        raise DatasetError(
-            path,
-            f"not enough disk space: the file needs about {need / 2**20:.1f} MiB, "
-            f"{free / 2**20:.1f} MiB are free in {path.parent}",
-        )
+    """Fail before writing (:class:`demo2rl.io.DiskFull`) a file of ``nbytes`` of data that
+    cannot fit: its data, 5% and 1 MiB for HDF5's structures."""
+    io.check_space(path, math.ceil(nbytes * 1.05) + (1 << 20))
 
 
 def _chunks(shape: tuple[int, ...], dtype: Any) -> tuple[int, ...]:

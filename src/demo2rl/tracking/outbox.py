@@ -1,10 +1,11 @@
 """The buffered sender: a job's tracking calls go out in order from one background thread.
 
 Tracking trouble never loses training: unless ``tracking.fail_on_error`` is set, a call that
-fails for a reason a retry can cure (server unreachable or timing out, 5xx, a locked store) stays
-queued with every later call and is retried with exponential backoff; the job says so in its log.
-At its end a job waits up to :data:`FLUSH_GRACE_S` for the store, then finishes without the
-unsent tracking data.
+fails for a reason a retry can cure (server unreachable or timing out, 5xx, a locked store, a
+SQLite store whose disk is full) stays queued with every later call and is retried with
+exponential backoff; the job says so in its log. At its end a job waits up to
+:data:`FLUSH_GRACE_S` for the store, then finishes without the unsent tracking data, naming the
+last error.
 """
 
 from __future__ import annotations
@@ -28,6 +29,19 @@ FLUSH_GRACE_S = 30.0
 FLUSH_RETRY_S = 2.0
 """The longest delay between retries while a job waits for its tracking calls to go out."""
 _jitter = random.Random()  # not the global generator: tracking must never touch results
+
+
+def describe(error: BaseException) -> str:
+    """``error`` on one line for the log, led by its root cause when it wraps one: MLflow wraps
+    SQLAlchemy's error, which wraps sqlite3's ("database or disk is full", "database is
+    locked"), in a message of SQL statement and values that :func:`one_line` would cut."""
+    root = error
+    while root.__cause__ is not None and root.__cause__ is not root:
+        root = root.__cause__
+    if root is error:
+        return one_line(error)
+    cause = f"{type(root).__module__}.{type(root).__qualname__}: {one_line(root, 150)}"
+    return f"{cause.removeprefix('builtins.')}; {one_line(error, 150)}"
 
 
 class RunMissing(Exception):
@@ -58,6 +72,7 @@ class Outbox:
         self._failures = 0
         self._retry_at = 0.0
         self._down_since: float | None = None
+        self._last_error: Exception | None = None
         self._flushing = False
 
     def send(self, name: str, call: Callable[[], object]) -> None:
@@ -86,9 +101,10 @@ class Outbox:
             if not self.pending:
                 return True
             log.error(
-                "MLflow tracking unreachable for %.0f s: giving up on %d tracking calls "
-                "(this job's outputs are not affected)",
+                "MLflow tracking unreachable for %.0f s (last error: %s): giving up on %d "
+                "tracking calls (this job's outputs are not affected)",
                 time.monotonic() - (self._down_since or time.monotonic()),
+                describe(self._last_error) if self._last_error else "none yet",
                 len(self.pending),
             )
             self.dropped += len(self.pending)
@@ -163,6 +179,7 @@ class Outbox:
         """Hold the queue for the next retry of the failed head call, and say so in the log
         (the first failure of an outage says training continues)."""
         now = time.monotonic()
+        self._last_error = error
         longest = FLUSH_RETRY_S if self._flushing else RETRY_MAX_S
         delay = min(longest, RETRY_MIN_S * 2**self._failures) * _jitter.uniform(1.0, 1.1)
         self._failures += 1
@@ -173,7 +190,7 @@ class Outbox:
                 "MLflow tracking failed (%s: %s); training continues, tracking calls are "
                 "buffered and retried with backoff (next try in %.0f s)",
                 name,
-                one_line(error),
+                describe(error),
                 delay,
             )
         else:
