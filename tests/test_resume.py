@@ -1,0 +1,81 @@
+"""A train_rl job of the real workflow killed hard while it trains, then rerun: it resumes from
+its checkpoint and ends bit for bit where the uninterrupted session run ended."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+import yaml
+from conftest import BIN, REPO, TEST_CONFIG, copy_run, snakemake
+
+pytestmark = pytest.mark.integration
+EXP = yaml.safe_load(TEST_CONFIG.read_text())["experiment"]
+RUN = f"results/{EXP}/rl/bc/seed-0"
+"""The run killed here: the warm start's (a clone, a critic warm-up: most of the arm's state)."""
+
+
+def checkpointed_step(state_dir: Path) -> int:
+    """The step of the run's last checkpoint (its readable copy), -1 before the first."""
+    try:
+        return json.loads((state_dir / "state.json").read_text())["timesteps"]
+    except (FileNotFoundError, json.JSONDecodeError, KeyError):
+        return -1
+
+
+def test_a_training_job_killed_hard_resumes_to_the_uninterrupted_result(test_workflow, tmp_path):
+    """SIGKILL of the whole invocation (Snakemake and its job, as an OOM kill or a lost node
+    would) once the job has checkpointed mid-training; the rerun resumes that checkpoint (the log
+    says so) and writes the session run's policy weights, evaluations and progress rows."""
+    work = copy_run(test_workflow, tmp_path / "run")
+    for name in ("policy.pt", "progress.csv", "evaluations.csv", "state"):
+        path = work / RUN / name
+        if path.is_dir():
+            for child in path.iterdir():
+                child.unlink()
+            path.rmdir()
+        else:
+            path.unlink()
+    total = yaml.safe_load(TEST_CONFIG.read_text())["rl"]["total_timesteps"]
+    cmd = [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(work)]
+    cmd += ["--configfile", str(TEST_CONFIG), "--cores", "1", f"{RUN}/policy.pt"]
+    # checkpoints every 256 steps (a speed setting: a resource, it changes no result)
+    killed = [*cmd, "--set-resources", "train_rl:checkpoint_every=256"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "DEMO2RL_"))}
+    with open(tmp_path / "killed.log", "w") as out:
+        proc = subprocess.Popen(
+            killed, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env
+        )
+    state = work / RUN / "state"
+    deadline = time.time() + 300
+    while checkpointed_step(state) < 512 and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    stopped = checkpointed_step(state)
+    assert 512 <= stopped < total, f"killed at checkpoint {stopped} of {total}"
+    assert not (work / RUN / "policy.pt").exists()
+
+    # as a user would after a hard kill: Snakemake's lock stayed behind, and says to do this
+    snakemake(work, "--configfile", str(TEST_CONFIG), "--unlock")
+    snakemake(work, "--configfile", str(TEST_CONFIG), "--cores", "1", f"{RUN}/policy.pt")
+    log = (work / f"results/{EXP}/logs/train_rl/bc-seed0.log").read_text()
+    assert f"resuming from step {stopped} (resume #1)" in log, log[-3000:]
+    fresh = torch.load(test_workflow / RUN / "policy.pt", weights_only=True)
+    resumed = torch.load(work / RUN / "policy.pt", weights_only=True)
+    assert fresh["state_dict"].keys() == resumed["state_dict"].keys()
+    for name, value in fresh["state_dict"].items():
+        assert torch.equal(value, resumed["state_dict"][name]), name
+    for table in ("evaluations.csv", "progress.csv"):
+        a, b = (pd.read_csv(d / RUN / table) for d in (test_workflow, work))
+        kept = [c for c in a.columns if not c.startswith("time/") or c == "time/total_timesteps"]
+        pd.testing.assert_frame_equal(a[kept], b[kept])
+    steps = pd.read_csv(work / RUN / "progress.csv")["time/total_timesteps"]
+    assert steps.is_unique and steps.is_monotonic_increasing
