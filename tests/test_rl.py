@@ -427,6 +427,8 @@ def test_a_killed_run_resumes_bit_for_bit(demos_and_clone, tmp_path, init, sig):
     assert kept == [rl.CHECKPOINT, rl.KEY, rl.STATE]
     expected_key = key_of(init, RL_CFG | {"total_timesteps": total})
     assert json.loads((state_dir / rl.KEY).read_text()) == expected_key
+    if init == "kickstart":  # as if killed between the checkpoint and its readable copy
+        (state_dir / rl.STATE).unlink()
 
     resumed = train(demos_and_clone, state_dir, init, total_timesteps=total)
     whole = train(demos_and_clone, tmp_path / "whole", init, total_timesteps=total)
