@@ -77,9 +77,15 @@ def test_mlflow_has_a_parent_run_and_a_child_per_job(test_workflow: Path):
         assert run.info.status == "FINISHED"
         assert run.data.tags["demo2rl.code_revision"]
     collect = CONFIG["collect"]
-    for name in [*shards, "merge-demos"]:
+    demos = results(test_workflow) / "demos"
+    datasets = {f"collect-shard{k}": demos / f"shard-{k}.h5" for k in range(collect["n_shards"])}
+    for name, path in (datasets | {"merge-demos": demos / "demos.h5"}).items():
         run = children[name]
-        assert run.data.metrics["expert_return_mean"] > 0
+        # the expert's mean return over the episodes the job wrote (18 here; random actions
+        # score 0.6 an episode on this task, standing still 0)
+        returns = dataset.read(path).episodes["return"]
+        assert run.data.metrics["expert_return_mean"] == pytest.approx(returns.mean())
+        assert returns.min() > 10, (name, returns)
         assert run.data.params["collect.n_episodes"] == str(collect["n_episodes"])
         assert len(run.inputs.dataset_inputs) == 1
     # each job's params are the config it reads: the shards' split, the merge's validation
@@ -98,7 +104,14 @@ def test_mlflow_has_a_parent_run_and_a_child_per_job(test_workflow: Path):
     for name in ["bc", *rl_runs]:  # the dataset is an input of BC and of both RL arms
         assert children[name].data.tags["demo2rl.dataset_hash"] == merged_hash
         assert len(children[name].inputs.dataset_inputs) == 1
-    assert children["bc"].data.metrics["final.bc_vs_expert"] > 0
+    # BC's comparison logged is bc/metrics.json's: the clone's return over the expert's on the
+    # same held-out episodes (the clone's quality: test_the_clone_beats_broken_clones_...)
+    bc_metrics = json.loads((results(test_workflow) / "bc" / "metrics.json").read_text())
+    for key in ("bc_return_mean", "expert_return_mean", "bc_vs_expert"):
+        assert children["bc"].data.metrics[f"final.{key}"] == pytest.approx(bc_metrics[key])
+    assert bc_metrics["bc_vs_expert"] == pytest.approx(
+        bc_metrics["bc_return_mean"] / bc_metrics["expert_return_mean"]
+    )
     assert "train/value_loss" in children["rl-bc-seed0"].data.metrics
     assert "eval/return_mean" in children["rl-scratch-seed0"].data.metrics
     shard0 = children["collect-shard0"]
@@ -113,6 +126,27 @@ def test_mlflow_has_a_parent_run_and_a_child_per_job(test_workflow: Path):
     assert children["plot-summary"].data.tags["demo2rl.upstream.summarize"] == ids["summarize"]
     for name in plots:
         assert children[name].data.tags["demo2rl.stage"] == "plot"
+
+
+BC_VS_EXPERT_MIN = 0.15
+"""The least fraction of the expert's mean return the test config's clone scores on the final
+evaluation's held-out episodes. Measured on those 8 episodes (max_steps 150): the expert 16.4,
+the clone 4.8 (0.29 of it, after 8 epochs on 12 episodes), a policy of uniformly random actions
+0.6 (0.04), the clone's network untrained -1.4, standing still 0: a clone that did not learn
+(or a broken checkpoint, normaliser or actor) fails."""
+
+
+def test_the_clone_beats_broken_clones_on_the_heldout_episodes(test_workflow: Path):
+    evals = {
+        name: json.loads((results(test_workflow) / "eval" / f"{name}.json").read_text())
+        for name in ("expert", "bc")
+    }
+    expert, clone = (evals[n]["episodes"] for n in ("expert", "bc"))
+    assert clone["seed"] == expert["seed"]  # the same held-out episodes
+    assert len(clone["seed"]) == CONFIG["evaluate"]["episodes"]
+    expert_mean, clone_mean = np.mean(expert["return"]), np.mean(clone["return"])
+    assert expert_mean > 10, expert["return"]
+    assert clone_mean >= BC_VS_EXPERT_MIN * expert_mean, (clone_mean, expert_mean)
 
 
 def test_nothing_to_do_on_a_second_run(test_workflow: Path):
