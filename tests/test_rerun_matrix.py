@@ -429,6 +429,7 @@ def test_speed_only_settings_and_tracking_rerun_nothing(matrix):
         "collect.n_envs",
         "evaluate.n_envs",
         "rl.checkpoint_every",
+        "task.timeout_s",
         "tracking.enabled",
         "tracking.fail_on_error",
     ):

@@ -9,6 +9,7 @@ fails to end a call hangs for an hour rather than passing."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import re
 import signal
@@ -23,7 +24,7 @@ import yaml
 from conftest import BIN, TEST_CONFIG, snakemake_call, untracked
 
 from demo2rl import config as config_lib
-from demo2rl import deadline, probe, rollout, seeds, tasks, vec
+from demo2rl import deadline, jobspec, probe, rollout, seeds, tasks, vec
 from demo2rl.config import ConfigError
 
 TESTS = Path(__file__).parent
@@ -149,9 +150,33 @@ def test_a_hung_rl_env_is_named_with_its_envs(kind):
 
 
 # --------------------------------------------------------------------------------------------
-# the task probe (which every dry run runs)
+# the config keys
 
 BASE = config_lib.load(TEST_CONFIG)
+
+
+def test_the_time_limit_is_no_part_of_a_jobs_result_and_the_cap_is():
+    """A job spec's result fields (RL's resume key) leave task.timeout_s out, as its rules'
+    params do (tests/test_rerun_matrix.py checks those)."""
+
+    @dataclasses.dataclass(frozen=True)
+    class Spec:
+        task: config_lib.TaskConfig
+
+    task = config_lib.TaskConfig.of(BASE["task"])
+    fields = jobspec.result_fields(Spec(task))
+    assert "timeout_s" not in fields["task"] and fields["task"]["max_episode_steps"] == 10000
+    assert jobspec.result_fields(Spec(dataclasses.replace(task, timeout_s=5.0))) == fields
+    assert jobspec.result_fields(Spec(dataclasses.replace(task, max_episode_steps=5))) != fields
+
+
+def test_a_time_limit_must_be_positive():
+    with pytest.raises(Exception, match=r"(?s)less than or equal to the minimum of 0.*timeout_s"):
+        config_lib.load({"task": {"timeout_s": 0}})
+
+
+# --------------------------------------------------------------------------------------------
+# the task probe (which every dry run runs)
 
 
 def probe_config(env_kwargs: dict, expert: str = "user_tasks:zero_expert") -> dict:
