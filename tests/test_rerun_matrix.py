@@ -91,6 +91,7 @@ MODULES: dict[str, list[str]] = {
     "demo2rl.rl": ["train_rl"],
     "demo2rl.rl.job": ["train_rl"],
     "demo2rl.rl.recipe": ["train_rl"],
+    "demo2rl.rl.position": ["train_rl"],
     "demo2rl.rl.progress": ["train_rl"],
     "demo2rl.rl.state": ["train_rl"],
     "demo2rl.rl.trainer": ["train_rl"],

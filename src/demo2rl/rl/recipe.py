@@ -55,6 +55,8 @@ def make_training_env(
         n_workers=n_workers,
         wrap=wrap,
         frame_stack=task.frame_stack,
+        max_episode_steps=task.max_episode_steps,
+        timeout_s=task.timeout_s,
     )
     venv = CheckFinite(venv)
     if isinstance(normalizer, policy.ImageObs):

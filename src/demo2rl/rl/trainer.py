@@ -137,6 +137,8 @@ def train_rl(
                 eval_seeds,
                 n_envs=job.eval_envs,
                 frame_stack=task.frame_stack,
+                max_episode_steps=task.max_episode_steps,
+                timeout_s=task.timeout_s,
             )
             return result.info_means()
 
