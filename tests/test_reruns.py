@@ -23,11 +23,12 @@ store take about 3 of its 7 CPU-seconds here), the fresh run with it: the bit-fo
 comparisons also show that tracking changes no result.
 
 The second rerun also runs with other speed settings than the fresh run (:data:`SPEED`: envs
-per collection shard, evaluation batch sizes, checkpoint spacing, BC threads), checked to have
-been used: speed settings change speed, never results. (They reach the jobs as Snakemake
-resources and threads, so changing them reruns nothing: tests/test_rerun_matrix.py.) Across the
-cases, every job that takes a speed setting reruns under them: the collection shards, BC, the
-RL runs of every arm, and the evaluations.
+per collection shard, evaluation batch sizes, checkpoint spacing, BC threads), each checked to
+have been used by every job that reran (a spy in the jobs records the envs each rollout steps
+and the torch threads BC sets: :data:`SPY`): speed settings change speed, never results.
+(They reach the jobs as Snakemake resources and threads, so changing them reruns nothing:
+tests/test_rerun_matrix.py.) Across the cases, every job that takes a speed setting reruns under
+them: the collection shards, BC, the RL runs of every arm, and the evaluations.
 
 For speed (every job starts Python, torch and MLflow afresh): changing back makes the session's
 fresh run the reference of every case; reruns name the compared outputs as targets, not the
@@ -87,11 +88,19 @@ def copy_workflow(src: Path, dest: Path) -> None:
             shutil.copy2(path, dest / name)
 
 
-def run(root: Path, *args: str, config: Path | None = None, check: bool = True):
-    """Snakemake of the copied workflow (its own library first on the path) in root/work."""
-    env = {"PYTHONPATH": str(root / "src")}
+def run(
+    root: Path,
+    *args: str,
+    config: Path | None = None,
+    check: bool = True,
+    env: dict[str, str] | None = None,
+):
+    """Snakemake of the copied workflow (its own library first on the path) in root/work, with
+    ``env`` added to the environment (a ``PYTHONPATH`` in it goes after the library's)."""
+    env = dict(env or {})
+    path = os.pathsep.join(filter(None, [str(root / "src"), env.pop("PYTHONPATH", None)]))
     cmd = ["-s", str(root / "Snakefile"), "--configfile", str(config or TEST_CONFIG), *args]
-    return snakemake(root / "work", *cmd, env=env, check=check)
+    return snakemake(root / "work", *cmd, env=env | {"PYTHONPATH": path}, check=check)
 
 
 def planned(root: Path, *args: str) -> dict[str, int]:
@@ -204,6 +213,55 @@ SPEED = (
 """Speed settings other than the test config's (each a Snakemake resource or thread count)."""
 assert CONFIG["collect"]["n_envs"] != 3 and CONFIG["evaluate"]["n_envs"] != 3
 assert CONFIG["rl"]["checkpoint_every"] != 3000
+SPEED_ENVS, BC_THREADS = 3, 2
+"""What :data:`SPEED` sets every rollout's envs to (collection, BC's and RL's held-out checks,
+the evaluations) and BC's threads to."""
+
+SPY = """\
+# Loaded by every Python process of the rerun (it is sitecustomize on their PYTHONPATH): in the
+# jobs of the rules below, records the envs of each rollout and the torch threads BC sets.
+import json, os, sys
+
+_log = os.environ.get("DEMO2RL_TEST_SPY_LOG")
+_script = os.path.basename(sys.argv[0]) if sys.argv else ""
+_rule = _script.rsplit(".", 2)[-2] if _script.count(".") >= 2 else ""
+
+
+def _record(**what):
+    with open(_log, "a") as out:
+        out.write(json.dumps({"rule": _rule, "pid": os.getpid(), **what}) + "\\n")
+
+
+if _log and _rule in ("collect_shard", "train_bc", "train_rl", "evaluate"):
+    from demo2rl import rollout
+
+    _run_episodes = rollout.run_episodes
+
+    def _spied_run_episodes(*args, n_envs, **kwargs):
+        _record(n_envs=n_envs)
+        return _run_episodes(*args, n_envs=n_envs, **kwargs)
+
+    rollout.run_episodes = _spied_run_episodes
+    if _rule == "train_bc":
+        import torch
+
+        _set_num_threads = torch.set_num_threads
+
+        def _spied_set_num_threads(n):
+            _record(torch_threads=n)
+            _set_num_threads(n)
+
+        torch.set_num_threads = _spied_set_num_threads
+"""
+"""The spy of the speed settings (Snakemake runs a rule's script as .snakemake/scripts/
+tmp<random>.<rule>.py, which names the rule)."""
+SPIED_LOGS = {
+    "collect_shard": "logs/collect_shard/*.log",
+    "train_bc": "logs/train_bc.log",
+    "train_rl": "logs/train_rl/*.log",
+    "evaluate": "logs/evaluate/*.log",
+}
+"""The logs of the jobs of each spied rule: a job reran if its log did."""
 DISCARDED = re.compile(r"discarding the state in \S+: its run key differs in: (.+); training from")
 
 
@@ -262,17 +320,22 @@ def results_of(root: Path) -> Path:
 
 
 def rerun(
-    root: Path, config: dict, targets: list[str], untouched: Sequence[str] = (), *args: str
+    root: Path,
+    config: dict,
+    targets: list[str],
+    untouched: Sequence[str] = (),
+    *args: str,
+    env: dict[str, str] | None = None,
 ) -> None:
-    """Run `config` for `targets` in root/work with 2 cores (and Snakemake's ``args``); the files
-    of `untouched` (glob patterns under the results) must keep their names, bytes and
+    """Run `config` for `targets` in root/work with 2 cores (and Snakemake's ``args``, ``env``);
+    the files of `untouched` (glob patterns under the results) must keep their names, bytes and
     modification times."""
     path = root / "rerun.yaml"
     path.write_text(yaml.safe_dump(config))
     results = results_of(root)
     before = stamps(results, untouched)
     outputs = (f"results/{EXP}/{target}" for target in targets)
-    run(root, "--cores", "2", *outputs, *args, config=path)
+    run(root, "--cores", "2", *outputs, *args, config=path, env=env)
     after = stamps(results, untouched)
     touched = sorted(
         name for name in before.keys() | after.keys() if before.get(name) != after.get(name)
@@ -332,6 +395,10 @@ def assert_changed(results: Path, reference: Path, checkpoints: list[str]) -> No
         assert any(not torch.equal(a[k], b[k]) for k in a), f"{rel}: the change changed nothing"
 
 
+def log_times(results: Path, pattern: str) -> dict[str, int]:
+    return {str(p): p.stat().st_mtime_ns for p in results.glob(pattern)}
+
+
 def rl_log(results: Path, run_dir: str) -> Path:
     _, init, seed = run_dir.split("/")
     return results / "logs" / "train_rl" / f"{init}-seed{seed.removeprefix('seed-')}.log"
@@ -353,9 +420,12 @@ def change_back(
     results = results_of(root)
     logs = {d: rl_log(results, d) for d in rl_runs(arms) if d.split("/")[1] in discarded}
     before = {run_dir: log.stat().st_mtime_ns for run_dir, log in logs.items()}
-    bc_log = results / "logs" / "train_bc.log"
-    bc_before = bc_log.stat().st_mtime_ns
-    rerun(root, UNTRACKED, compared(arms), untouched, *SPEED)
+    spy_dir, spy_log = root / "spy", root / "spy.jsonl"
+    spy_dir.mkdir()
+    (spy_dir / "sitecustomize.py").write_text(SPY)
+    logs_before = {rule: log_times(results, pattern) for rule, pattern in SPIED_LOGS.items()}
+    env = {"PYTHONPATH": str(spy_dir), "DEMO2RL_TEST_SPY_LOG": str(spy_log)}
+    rerun(root, UNTRACKED, compared(arms), untouched, *SPEED, env=env)
     for run_dir, log in logs.items():
         assert log.stat().st_mtime_ns != before[run_dir], f"{run_dir} did not rerun"
         text = log.read_text()
@@ -366,8 +436,19 @@ def change_back(
         # the other checkpoint spacing was used: fewer checkpoints than in the fresh run
         fresh = rl_log(results_of(tree), run_dir).read_text()
         assert text.count("checkpoint at step") < fresh.count("checkpoint at step"), run_dir
-    if bc_log.stat().st_mtime_ns != bc_before:
-        assert "threads=2" in bc_log.read_text(), "BC did not run with the other threads"
+    # every job that reran (its log rewritten) used the other speed settings: each rollout
+    # stepped SPEED_ENVS envs, and BC trained on BC_THREADS torch threads
+    reran = {
+        rule
+        for rule, pattern in SPIED_LOGS.items()
+        if log_times(results, pattern) != logs_before[rule]
+    }
+    assert {"train_rl", "evaluate"} <= reran, reran
+    records = [json.loads(line) for line in spy_log.read_text().splitlines()]
+    envs = {(r["rule"], r["n_envs"]) for r in records if "n_envs" in r}
+    assert envs == {(rule, SPEED_ENVS) for rule in reran}, f"(rule, envs stepped): {envs}"
+    bc_threads = [r["torch_threads"] for r in records if "torch_threads" in r]
+    assert (BC_THREADS in bc_threads) == ("train_bc" in reran), records
     for rel in compared(arms):
         assert_same(comparable(results / rel), comparable(results_of(tree) / rel), rel)
 
