@@ -205,7 +205,13 @@ class DeferredFile:
         return data
 
     def readinto(self, buffer: Any) -> int:
-        n = os.preadv(self.fd, [buffer], self.pos)
+        if hasattr(os, "preadv"):  # into the buffer, without a copy (Linux, BSD)
+            n = os.preadv(self.fd, [buffer], self.pos)
+        else:
+            view = memoryview(buffer).cast("B")
+            data = os.pread(self.fd, len(view), self.pos)
+            n = len(data)
+            view[:n] = data
         self.pos += n
         return n
 
