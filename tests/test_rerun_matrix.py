@@ -113,6 +113,7 @@ MODULES: dict[str, list[str]] = {
     "demo2rl.tracking.workflow": [],
     "demo2rl.provenance": [],
     "demo2rl.jobs": [],
+    "demo2rl.locks": [],
 }
 """Library module -> the rules whose code fingerprint covers it (with the test config's task)."""
 

@@ -36,9 +36,11 @@ RESULT_NEUTRAL = frozenset(
         "demo2rl.tracking.workflow",
         "demo2rl.provenance",
         "demo2rl.jobs",
+        "demo2rl.locks",
     }
 )
-"""Modules that cannot change a result (tracking, provenance records): not fingerprinted."""
+"""Modules that cannot change a result (tracking, provenance records, locks): not
+fingerprinted."""
 PRESENTATION = {"demo2rl.arms": frozenset({"label", "color"})}
 """Keyword arguments, per module, that only say how a result is shown (an arm's label and colour):
 left out of every fingerprint, so that editing one reruns no training. The rules that show them

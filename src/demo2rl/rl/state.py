@@ -11,14 +11,10 @@ run cannot pick up another run's hyperparameters.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import logging
-import os
 import shutil
-import socket
-import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -26,7 +22,7 @@ from typing import Any
 import torch
 from stable_baselines3 import PPO
 
-from demo2rl import checkpoints, io
+from demo2rl import checkpoints, io, locks
 from demo2rl.rl import position
 
 log = logging.getLogger(__package__)  # "demo2rl.rl", as in every job log before the split
@@ -58,46 +54,24 @@ class StateDirBusy(RuntimeError):
 
 @contextlib.contextmanager
 def lock_state_dir(state_dir: Path, wait: float | None = None) -> Iterator[None]:
-    """Hold an exclusive lock on ``state_dir`` (the file ``<state_dir>.lock`` beside it).
+    """Hold an exclusive lock on ``state_dir`` (the file ``<state_dir>.lock`` beside it;
+    :func:`demo2rl.locks.exclusive`: it goes with its process, however that ends).
 
-    An OS file lock (``flock``), released by the kernel when its process ends, however it ends:
-    a hard-killed trainer never leaves a stale lock, and a live one is never ignored. So a SLURM
-    retry or requeue of a job whose first run is still going (a lost node, a slow shutdown)
-    waits up to ``wait`` seconds (default :data:`LOCK_WAIT_S`) and then fails, with
-    :class:`StateDirBusy` naming the holder, instead of training on the same state. On a shared
-    filesystem this relies on its locks reaching every node (NFSv4 and Lustre with ``flock`` do;
-    check yours).
+    So a SLURM retry or requeue of a job whose first run is still going (a lost node, a slow
+    shutdown) waits up to ``wait`` seconds (default :data:`LOCK_WAIT_S`) and then fails, with
+    :class:`StateDirBusy` naming the holder, instead of training on the same state.
     """
     wait = LOCK_WAIT_S if wait is None else wait
-    lock_path = state_dir.parent / f"{state_dir.name}.lock"
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        deadline = time.monotonic() + wait
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    holder = os.pread(fd, 4096, 0).decode(errors="replace").strip()
-                    raise StateDirBusy(
-                        f"{state_dir} is in use by another trainer ({holder or 'unknown'}), "
-                        f"still after {wait:.0f} s; two runs never share a state directory. "
-                        "Wait for that job to end (or cancel it); its lock goes with its process"
-                    ) from None
-                time.sleep(0.2)
-        holder = {
-            "pid": os.getpid(),
-            "host": socket.gethostname(),
-            "slurm_job": os.environ.get("SLURM_JOB_ID"),
-            "since": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        }
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(holder).encode(), 0)
+
+    def busy(holder: str) -> StateDirBusy:
+        return StateDirBusy(
+            f"{state_dir} is in use by another trainer ({holder}), still after {wait:.0f} s; "
+            "two runs never share a state directory. Wait for that job to end (or cancel it); "
+            "its lock goes with its process"
+        )
+
+    with locks.exclusive(state_dir.parent / f"{state_dir.name}.lock", wait, busy):
         yield
-    finally:
-        os.close(fd)  # releases the lock
 
 
 def claim_state_dir(state_dir: Path, key: Mapping[str, Any]) -> bool:

@@ -14,12 +14,8 @@ invocations of the workflow (two experiments) sharing one ``results/`` take turn
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import json
 import logging
 import os
-import socket
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,6 +24,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import BAD_REQUEST
 from mlflow.tracking import MlflowClient
 
+from demo2rl import locks
 from demo2rl.config import TrackingConfig
 
 log = logging.getLogger(__package__)  # one logger for the package: job logs say demo2rl.tracking
@@ -68,10 +65,9 @@ def lock_store(uri: str, purpose: str, wait: float | None = None) -> Iterator[No
     while creating or opening it: MLflow creates a missing store's tables, and upgrades none
     concurrently safely, in whichever process opens it first. Nothing to lock for a server.
 
-    An OS file lock (``flock``), released by the kernel when its process ends, however it ends:
-    a killed workflow never leaves a stale lock. The holder writes who it is (``purpose``, pid,
-    host, since) into the lock file; a process that waits longer than ``wait`` seconds (default
-    :data:`STORE_LOCK_WAIT_S`) fails with :class:`StoreBusy` naming it.
+    :func:`demo2rl.locks.exclusive`: it goes with its process, however that ends; the lock file
+    names its holder (``purpose``, pid, host, since); a process that waits longer than ``wait``
+    seconds (default :data:`STORE_LOCK_WAIT_S`) fails with :class:`StoreBusy` naming it.
     """
     db = sqlite_path(uri)
     if db is None:
@@ -79,44 +75,20 @@ def lock_store(uri: str, purpose: str, wait: float | None = None) -> Iterator[No
         return
     wait = STORE_LOCK_WAIT_S if wait is None else wait
     lock_path = db.with_name(f"{db.name}.lock")
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        deadline = time.monotonic() + wait
-        waited = False
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "unknown"
-                if time.monotonic() >= deadline:
-                    raise StoreBusy(
-                        f"MLflow store {db} is being created or opened by another process "
-                        f"({holder}), still after {wait:.0f} s (lock file {lock_path}). It "
-                        "holds the lock only while it creates or opens the store, seconds "
-                        "normally: if it is hung, end it (its lock goes with it), then start "
-                        "this workflow again"
-                    ) from None
-                if not waited:
-                    log.info("MLflow store %s is locked by %s: waiting for it", db, holder)
-                    waited = True
-                time.sleep(0.1)
-        holder_info = {
-            "purpose": purpose,
-            "pid": os.getpid(),
-            "host": socket.gethostname(),
-            "slurm_job": os.environ.get("SLURM_JOB_ID"),
-            "since": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        }
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(holder_info).encode(), 0)
-        try:
-            yield
-        finally:
-            os.ftruncate(fd, 0)  # held by nobody: names nobody
-    finally:
-        os.close(fd)  # releases the lock
+
+    def busy(holder: str) -> StoreBusy:
+        return StoreBusy(
+            f"MLflow store {db} is being created or opened by another process ({holder}), "
+            f"still after {wait:.0f} s (lock file {lock_path}). It holds the lock only while it "
+            "creates or opens the store, seconds normally: if it is hung, end it (its lock goes "
+            "with it), then start this workflow again"
+        )
+
+    def waiting(holder: str) -> None:
+        log.info("MLflow store %s is locked by %s: waiting for it", db, holder)
+
+    with locks.exclusive(lock_path, wait, busy, purpose=purpose, waiting=waiting):
+        yield
 
 
 def configure_http(settings: TrackingConfig) -> None:
