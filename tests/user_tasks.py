@@ -131,3 +131,33 @@ class LateNanRewardEnv(gym.Env):
 
 
 gym.register(id="LateNanReward-v0", entry_point=LateNanRewardEnv)
+
+
+class MemoryHungryEnv(gym.Env):
+    """A task that needs ``alloc_mb`` MB of memory once it runs: its ``alloc_at``-th step
+    allocates (and writes) that much and holds it. Checks that step an env only a few times (the
+    workflow's probe) allocate nothing. On a cluster that limits a job's memory below that, the
+    job that collects its episodes is killed."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def __init__(self, alloc_mb: int = 0, alloc_at: int = 10, max_steps: int = 20):
+        self.alloc_mb, self.alloc_at, self.max_steps = alloc_mb, alloc_at, max_steps
+        self.steps = 0  # in the env's life
+        self.ballast: np.ndarray | None = None
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        self.steps += 1
+        if self.steps == self.alloc_at:
+            self.ballast = np.ones(self.alloc_mb * 2**20, np.uint8)  # every page written
+        return np.zeros(2, np.float32), 0.0, False, self.t >= self.max_steps, {}
+
+
+gym.register(id="MemoryHungry-v0", entry_point=MemoryHungryEnv)

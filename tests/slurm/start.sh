@@ -11,7 +11,10 @@
 # Idempotent: daemons that already run are left alone; the script returns once the node takes
 # jobs. Everything lives in $DEMO2RL_SLURM_DIR (default /var/tmp/demo2rl-slurm) except one link,
 # /etc/slurm/slurm.conf, to its slurm.conf (refused when this machine has a SLURM config of its
-# own). It runs as root without systemd or cgroups.
+# own). It runs as root without systemd. Jobs get the memory (--mem) and time (-t) they ask for
+# and no more: memory through cgroup v1 where root can create memory cgroups here
+# (a step over its memory ends OUT_OF_MEMORY), else through jobacct_gather's OverMemoryKill
+# (the step is cancelled); the choice is logged and `scontrol show config` shows it (TaskPlugin).
 #
 # Exit status: 0 the cluster is up; 77 this machine cannot run it (not root, no apt-get, the
 # packages cannot be installed: no network); anything else is a real failure (see the logs it
@@ -83,11 +86,36 @@ install_packages() {
   rm -f "$apt_log"
 }
 
+# a cgroup v1 memory hierarchy in which root can create groups (SLURM 22.05's cgroup/v1 plugin;
+# cgroup v2 would need systemd or SLURM's own cgroup setup)
+cgroups_usable() {
+  [[ $(stat -f -c %T /sys/fs/cgroup 2>/dev/null) != cgroup2fs ]] || return 1
+  local probe=/sys/fs/cgroup/memory/demo2rl-slurm-probe.$$
+  mkdir "$probe" 2>/dev/null || return 1
+  rmdir "$probe"
+}
+
+# how jobs' memory is limited: TASK_PLUGIN and ACCT_GATHER_PARAMS for slurm.conf. Processes are
+# tracked through /proc either way (proctrack/linuxproc): with proctrack/cgroup, verified here,
+# SIGTERM at a time limit reaches only a step's first process (the Snakemake inside the job),
+# not the RL trainer it runs, which then cannot checkpoint before SIGKILL.
+memory_limits() {
+  if cgroups_usable; then
+    TASK_PLUGIN=task/cgroup ACCT_GATHER_PARAMS=""
+    MEMORY_LIMITS="cgroups (task/cgroup, ConstrainRAMSpace)"
+  else
+    TASK_PLUGIN=task/none ACCT_GATHER_PARAMS=JobAcctGatherParams=OverMemoryKill
+    MEMORY_LIMITS="jobacct_gather OverMemoryKill (no usable cgroup v1 memory hierarchy here)"
+  fi
+}
+
 # render TEMPLATE OUT: fill in the @NAMES@ of a config template
 render() {
   sed -e "s|@DIR@|$DIR|g" -e "s|@HOST@|$HOST|g" -e "s|@NODE_HW@|$NODE_HW|g" \
     -e "s|@PARTITION@|$PARTITION|g" -e "s|@CTLD_PORT@|$CTLD_PORT|g" \
-    -e "s|@SLURMD_PORT@|$SLURMD_PORT|g" -e "s|@DBD_PORT@|$DBD_PORT|g" "$1" >"$2.tmp"
+    -e "s|@SLURMD_PORT@|$SLURMD_PORT|g" -e "s|@DBD_PORT@|$DBD_PORT|g" \
+    -e "s|@TASK_PLUGIN@|$TASK_PLUGIN|g" \
+    -e "s|@ACCT_GATHER_PARAMS@|$ACCT_GATHER_PARAMS|g" "$1" >"$2.tmp"
   mv "$2.tmp" "$2"
 }
 
@@ -100,10 +128,12 @@ write_configs() {
   [[ $NODE_HW == *CPUs=* ]] || fail "slurmd -C gave no hardware description"
   local running=0
   if daemon_pid slurmctld >/dev/null; then running=1; fi
+  memory_limits
   render "$HERE/slurm.conf.in" "$DIR/etc/slurm.conf.new"
   render "$HERE/slurmdbd.conf.in" "$DIR/etc/slurmdbd.conf.new"
   cp "$HERE/gres.conf" "$DIR/etc/gres.conf.new"
-  for f in slurm.conf slurmdbd.conf gres.conf; do
+  cp "$HERE/cgroup.conf" "$DIR/etc/cgroup.conf.new"
+  for f in slurm.conf slurmdbd.conf gres.conf cgroup.conf; do
     if ((running)) && ! cmp -s "$DIR/etc/$f" "$DIR/etc/$f.new"; then
       log "note: $f changed but the cluster is running; run stop.sh then start.sh to apply it"
       rm -f "$DIR/etc/$f.new"
@@ -222,4 +252,5 @@ rm -f "$DIR/run/.resumed"
 wait_for "$TIMEOUT" "node $HOST to become idle" node_ready
 alive slurmd
 log "cluster up in $((SECONDS - START))s: node $HOST, partition $PARTITION, account $ACCOUNT"
+log "memory limits: $MEMORY_LIMITS"
 log "$(sinfo -h -N -n "$HOST" -o '%N %T cpus=%c mem=%mMB gres=%G')"
