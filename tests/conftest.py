@@ -162,7 +162,7 @@ worker as a whole, else every worker that gets one of its tests would build the 
 FIRST = {
     "test_workflow.py::test_dataset_is_merged_from_the_shards": 0,  # starts the shared run
     "test_slurm.py": 1,
-    "test_faults.py::test_sigkill_while_writing_shard_dataset_and_clone_then_rerun_incomplete": 1,
+    "test_faults.py::test_sigkill_while_writing_shard_dataset_and_clone_then_rerun_incomplete": 3,
     "test_workflow.py::test_classic_control_example_config_runs": 1,
     "test_workflow.py::test_discrete_action_example_config_runs": 1,
     "test_faults.py::test_a_task_whose_every_return_is_0_runs_end_to_end_without_dividing_by_0": 2,

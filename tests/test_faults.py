@@ -568,6 +568,43 @@ def test_an_rl_checkpoint_that_fills_the_disk(tmp_path, tmpfs):
     assert_disk_full(caught.value, path)
 
 
+def test_rl_progress_rows_that_fill_the_disk(tmp_path, tmpfs):
+    """An RL run whose state directory fills up while SB3 appends its progress rows (its own
+    CSV writer, in place): the run fails with DiskFull naming the progress segment and the free
+    space, not SB3's bare OSError; no checkpoint is left half-written."""
+    from test_rl import dataset_and_clone, train
+
+    demos, _ = dataset_and_clone(
+        tmp_path / "demos",
+        "user_tasks:LateNanReward-v0",
+        {},
+        "user_tasks:zero_expert",
+        8,
+        batch_size=64,
+        max_epochs=1,
+    )
+    disk = tmpfs(tmp_path / "rl", "1m")
+    fill(disk, 8192)  # room for key.json and a page of progress rows
+    state_dir = disk / "state"
+    with pytest.raises(io.DiskFull) as caught:
+        train(
+            (demos, None),
+            state_dir,
+            "scratch",
+            task=("user_tasks:LateNanReward-v0", {}),
+            vec_env="dummy",
+            total_timesteps=65_536,
+            checkpoint_every=10**9,
+        )
+    segment = state_dir / "progress-000000000.csv"
+    assert caught.value.path == segment and caught.value.free < 8192  # free when it failed
+    assert str(caught.value) == (
+        f"{segment}: not enough disk space: the disk filled up while writing it; "
+        f"{io.size_text(caught.value.free)} are free in {state_dir}"
+    )
+    assert sorted(p.name for p in state_dir.iterdir()) == ["key.json", segment.name]
+
+
 def _markdown(path: Path) -> None:  # as stages.summarize writes summary.md
     with io.atomic_path(path) as tmp:
         tmp.write_text("| policy | return |\n|---|---|\n" + "| bc | 1.0 |\n" * 4000)

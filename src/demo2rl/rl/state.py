@@ -115,8 +115,8 @@ def save_state(path: Path, model: PPO, run: Mapping[str, Any], at: position.Posi
         "run": json.dumps(dict(run)),  # NaN kept (Python's JSON reads it back)
         "position": position.to_tensors(at),
     }
-    with io.atomic_path(path) as tmp:
-        torch.save(ckpt, tmp)
+    with io.atomic_path(path) as tmp, open(tmp, "wb") as fh:  # a file object keeps the errno
+        torch.save(ckpt, fh)
     io.write_json(path.parent / STATE, {"timesteps": at.timesteps, **run})
 
 

@@ -11,7 +11,9 @@ steps.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import logging
+import shutil
 import signal
 import time
 from collections.abc import Callable
@@ -24,7 +26,7 @@ import torch
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import CSVOutputFormat, KVWriter, Logger
 
-from demo2rl import acting, arms, checkpoints, dataset, evaluation, policy, seeds, tasks
+from demo2rl import acting, arms, checkpoints, dataset, evaluation, io, policy, seeds, tasks
 from demo2rl.rl import position, recipe, state
 from demo2rl.rl.job import RLJob
 from demo2rl.rl.progress import LogLines, MetricsSink
@@ -173,6 +175,11 @@ def train_rl(
             if callback.stop:
                 step = schedule.save_last_rollout_start()
                 raise Preempted(f"SIGTERM: checkpoint at step {step}")
+        except OSError as err:  # SB3 appends the progress rows to the segment in place
+            if err.errno not in io.NO_SPACE or isinstance(err, io.DiskFull):
+                raise
+            free = shutil.disk_usage(segment.parent).free
+            raise io.DiskFull(segment, free, quota=err.errno == errno.EDQUOT) from err
         except recipe.NonFiniteValue as err:
             last = schedule.last_checkpoint
             raise recipe.NonFiniteValue(
