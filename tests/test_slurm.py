@@ -2,27 +2,38 @@
 
 A session fixture starts a single-node cluster on this machine (tests/slurm/start.sh: slurmctld,
 slurmd, slurmdbd with MariaDB, munge, one fake GPU) and stops it at the end (tests/slurm/stop.sh).
+The cluster enforces jobs' memory (cgroups where this machine has them) and time limits.
 It needs root and apt (or SLURM already installed), as on CI; elsewhere these tests are skipped,
 with the reason in pytest's summary. DEMO2RL_SLURM_TESTS=0 skips them too. Under CI=true none of
 this skips: a cluster that cannot start, and the DEMO2RL_SLURM_TESTS=0 opt-out too, fails the
 tests (conftest.unavailable), so that CI never passes without having run them.
 DEMO2RL_SLURM_KEEP=1 leaves the cluster running afterwards.
 
-One run of the test config through `snakemake --profile profiles/slurm` serves every test here.
-The profile is used as it is, except for what a user edits or a test needs:
+Two runs go to the cluster at once, and serve every test here:
+
+The test config through `snakemake --profile profiles/slurm`. Its dataset and clone must equal
+the local run's (conftest's session run of the same config) bit for bit. The profile is used as
+it is, except for what a user edits or a test needs:
 - default-resources: the test cluster's partition and account instead of the placeholders;
 - set-resources: the profile's, plus `train_bc:gpu=1`, so that the BC job asks SLURM for the
   (fake) GPU while bc.device stays `auto`, which trains on the CPU here (no CUDA): the rule
-  requests `gpu` only for `device: cuda`, which would fail in torch on this machine; and
-  `--set-threads train_bc=2`, so that its CPU request is not SLURM's default of one;
-- a larger RL budget, so that the RL jobs run long enough to be preempted mid-run: while the
+  requests `gpu` only for `device: cuda`, which would fail in torch on this machine;
+  `--set-threads train_bc=2`, so that its CPU request is not SLURM's default of one; and a time
+  limit of one minute for the scratch arm's RL job;
+- a larger RL budget, so that the RL jobs run long enough to be stopped mid-run: while the
   workflow runs, the warm-started run's job is requeued (`scontrol requeue`, what a preemption
-  with PreemptMode=REQUEUE does) and the scratch run's job gets SIGTERM (`scancel --signal=TERM`,
-  what `sbatch --signal=TERM@...` does before a time limit). Both save a checkpoint and stop; the
-  requeued job starts again by itself, the signalled one exits with status 75, its SLURM job
-  fails and Snakemake resubmits it (the profile's retries, with memory scaled by attempt); both
-  resume. (A plain `scancel` would leave the job "CANCELLED by 0" in sacct, a state that plugin
-  2.8 does not recognise: Snakemake would wait for it forever.)
+  with PreemptMode=REQUEUE does), and the scratch run's job runs past its time limit: once it
+  has a checkpoint, the test stops its trainer (SIGSTOP: a job too slow for its limit, whatever
+  the machine's speed) until SLURM ends the job for its time limit, then lets it go on (SIGCONT)
+  to receive SLURM's SIGTERM. Both save a checkpoint and stop; the requeued job starts again by
+  itself; the timed-out one (state TIMEOUT, exit status 75) is resubmitted by Snakemake (the
+  profile's retries, with memory scaled by attempt). Both resume. (A plain `scancel` would leave
+  the job "CANCELLED by 0" in sacct, a state that plugin 2.8 does not recognise: Snakemake would
+  wait for it forever.)
+
+A one-shard collection of a task that needs more memory than the profile's first attempt gives
+its rule (tests/user_tasks.py:MemoryHungry-v0): the job's step is killed for memory
+(OUT_OF_MEMORY) and the retry, with the profile's doubled memory, finishes.
 """
 
 from __future__ import annotations
@@ -36,14 +47,17 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import h5py
 import mlflow
 import pandas as pd
 import pytest
+import torch
 import yaml
-from conftest import BIN, REPO, TEST_CONFIG, unavailable
+from conftest import BIN, REPO, TEST_CONFIG, unavailable, untracked
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
+TESTS = Path(__file__).resolve().parent
 SLURM_DIR = REPO / "tests" / "slurm"
 PROFILE_DIR = REPO / "profiles" / "slurm"
 PROFILE = yaml.safe_load((PROFILE_DIR / "config.yaml").read_text())
@@ -57,7 +71,25 @@ RL_STEPS = 24 * CONFIG["rl"]["ppo"]["n_steps"] * CONFIG["rl"]["n_envs"]
 RL_OVERRIDE = {"total_timesteps": RL_STEPS, "checkpoint_every": 2048, "eval_every": 16384}
 # preempt a run once its checkpoint shows at least this many steps
 PREEMPT_AFTER = 2048
+# the scratch arm's RL job gets one minute (sbatch -t 1, the shortest SLURM has), every attempt;
+# the other arm keeps the rule's own runtime
+RL_RUNTIME = "1 if wildcards.init == 'scratch' else 240"
+# how long a stopped trainer may wait for its time limit (slurmctld checks every 30 s) before
+# the test lets it go on regardless (and the TIMEOUT test fails)
+TIME_LIMIT_WAIT = 150
 RUN_TIMEOUT = 900
+
+
+def profile_mem_mb(rule: str, attempt: int) -> int:
+    """The memory (MB) the profile's set-resources give ``rule`` at ``attempt``."""
+    return eval(str(PROFILE["set-resources"][rule]["mem_mb"]), {"attempt": attempt})
+
+
+# the memory-hungry collection: its task holds this much, more than collect_shard's first
+# attempt gets from the profile, and, with Python and Snakemake (under 1 GB), less than the second
+OOM_EXP = "slurm-oom"
+HUNGRY_MB = profile_mem_mb("collect_shard", 1) * 5 // 4
+OOM_TARGET = f"results/{OOM_EXP}/demos/shard-0.h5"
 
 
 @pytest.fixture(scope="session")
@@ -102,24 +134,29 @@ def _stop_cluster() -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# the run
+# the runs
 
 
 @dataclasses.dataclass
 class SlurmRun:
+    experiment: str
     workdir: Path
     returncode: int
     output: str
     seconds: float
-    preempted: dict[str, dict[str, int]]  # arm -> SLURM job id and checkpoint step seen before
+    preempted: dict[str, dict[str, int | str]]  # arm -> SLURM job id, checkpoint step seen, ...
     jobs: list[dict[str, str]]  # sacct rows of this run's jobs, every record (-D)
 
     def results(self) -> Path:
-        return self.workdir / "results" / EXP
+        return self.workdir / "results" / self.experiment
 
     def jobs_of(self, rule: str, wildcards: str = "") -> list[dict[str, str]]:
         comment = f"rule_{rule}" + (f"_wildcards_{wildcards}" if wildcards else "")
         return [j for j in self.jobs if j["Comment"] == comment]
+
+    def slurm_log(self, jobid: str) -> str:
+        """SLURM's log of a job (kept for failed jobs)."""
+        return next(self.workdir.glob(f".snakemake/slurm_logs/**/{jobid}.log")).read_text()
 
 
 def profile_resources(extra_set: list[str]) -> list[str]:
@@ -144,29 +181,36 @@ def profile_resources(extra_set: list[str]) -> list[str]:
     ]
 
 
-def snakemake_args(workdir: Path, *extra: str) -> list[str]:
-    targets = [f"results/{EXP}/rl/{init}/seed-0/policy.pt" for init in ("bc", "scratch")]
+def common_args(workdir: Path, targets: list[str]) -> list[str]:
     return [
         str(BIN / "snakemake"),
+        *targets,  # first: options that take several values would take them too
         "-s",
         str(REPO / "Snakefile"),
         "-d",
         str(workdir),
         "--profile",
         str(PROFILE_DIR),
+        # the profile's 20 s suits a real cluster; a tiny test workflow wants answers sooner
+        # (the plugin checks again after 1 s, then 10 s more each time no job has finished)
+        "--slurm-init-seconds-before-status-checks",
+        "1",
+    ]
+
+
+def snakemake_args(workdir: Path, *extra: str) -> list[str]:
+    targets = [f"results/{EXP}/rl/{init}/seed-0/policy.pt" for init in ("bc", "scratch")]
+    return [
+        *common_args(workdir, targets),
         # the test config, then the RL budget on top (nested `--config rl=...` values would
         # reach the config as strings: Snakemake parses them with YAML's BaseLoader)
         "--configfile",
         str(TEST_CONFIG),
         str(overlay_config(workdir)),
-        *profile_resources(["train_bc:gpu=1"]),
+        *profile_resources(["train_bc:gpu=1", f"train_rl:runtime={RL_RUNTIME}"]),
         "--set-threads",
         "train_bc=2",
-        # the profile's 20 s suits a real cluster; a tiny test workflow wants answers sooner
-        "--slurm-init-seconds-before-status-checks",
-        "5",
         *extra,
-        *targets,
     ]
 
 
@@ -174,6 +218,25 @@ def overlay_config(workdir: Path) -> Path:
     path = workdir / "rl-budget.yaml"
     path.write_text(yaml.safe_dump({"rl": RL_OVERRIDE}))
     return path
+
+
+def oom_args(workdir: Path, *extra: str) -> list[str]:
+    """One collection shard (OOM_TARGET) of the memory-hungry task, with the profile's
+    resources."""
+    spec = {
+        "experiment": OOM_EXP,
+        "seed": 7,
+        "task": {
+            "env_id": "user_tasks:MemoryHungry-v0",
+            "env_kwargs": {"alloc_mb": HUNGRY_MB},
+            "expert": {"entry_point": "user_tasks:zero_expert", "kwargs": {}},
+        },
+        "collect": {"n_episodes": 2, "n_shards": 1, "n_envs": 1},
+    }
+    path = workdir / "oom.yaml"
+    path.write_text(yaml.safe_dump(untracked(spec)))
+    args = [*common_args(workdir, [OOM_TARGET]), "--configfile", str(path)]
+    return [*args, *profile_resources([]), *extra]
 
 
 def tracking_uri(workdir: Path) -> str:
@@ -184,7 +247,9 @@ def tracking_uri(workdir: Path) -> str:
 def run_env(workdir: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "DEMO2RL_"))}
     env.pop("SLURM_CONF", None)  # the cluster's slurm.conf is where SLURM looks by default
-    return env | {"MLFLOW_TRACKING_URI": tracking_uri(workdir)}
+    # tests/ on the path: user_tasks, the memory-hungry task (sbatch --export=ALL passes it on)
+    path = os.pathsep.join(filter(None, [str(TESTS), env.get("PYTHONPATH")]))
+    return env | {"MLFLOW_TRACKING_URI": tracking_uri(workdir), "PYTHONPATH": path}
 
 
 def slurm(*args: str) -> str:
@@ -200,6 +265,12 @@ def running_job(workdir: Path, comment: str) -> str | None:
     return None
 
 
+def job_state(jobid: str) -> str:
+    """The job's state in squeue ("" once it has left the queue)."""
+    proc = subprocess.run(["squeue", "-h", "-j", jobid, "-o", "%T"], capture_output=True, text=True)
+    return proc.stdout.strip()
+
+
 def checkpoint_step(state_dir: Path) -> int:
     try:
         return json.loads((state_dir / "state.json").read_text())["timesteps"]
@@ -207,19 +278,127 @@ def checkpoint_step(state_dir: Path) -> int:
         return 0
 
 
-def requeue(jobid: str) -> None:
-    slurm("scontrol", "requeue", jobid)
-    # SLURM holds a requeued batch job back for about two minutes before it may start again;
-    # once it is pending, lift that hold (as an admin may): the test has no minutes to spare
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        state = slurm("squeue", "-h", "-j", jobid, "-o", "%T|%r").strip()
+class Requeued:
+    """Requeues an RL job once its run has a checkpoint of PREEMPT_AFTER steps, as a preemption
+    with PreemptMode=REQUEUE does, and sees it start again."""
+
+    def __init__(self, workdir: Path, init: str) -> None:
+        self.workdir, self.init = workdir, init
+        self.jobid: str | None = None
+        self.seen: dict[str, int | str] = {}
+        self.requeued_at = 0.0
+
+    def poll(self) -> dict[str, int | str] | None:
+        """One look; returns what it saw once the job runs again."""
+        if self.jobid is None:
+            state_dir = self.workdir / "results" / EXP / "rl" / self.init / "seed-0" / "state"
+            step = checkpoint_step(state_dir)
+            jobid = running_job(self.workdir, f"rule_train_rl_wildcards_{self.init}_0")
+            if step >= PREEMPT_AFTER and jobid is not None:
+                slurm("scontrol", "requeue", jobid)
+                self.jobid, self.requeued_at = jobid, time.monotonic()
+                self.seen = {"jobid": int(jobid), "step": step}
+            return None
+        # SLURM holds a requeued batch job back for about two minutes before it may start
+        # again; once it is pending, lift that hold (as an admin may): no minutes to spare here
+        state = slurm("squeue", "-h", "-j", self.jobid, "-o", "%T|%r").strip()
         if state == "PENDING|BeginTime":
-            subprocess.run(["scontrol", "update", f"jobid={jobid}", "StartTime=now"], check=False)
+            update = ["scontrol", "update", f"jobid={self.jobid}", "StartTime=now"]
+            subprocess.run(update, check=False, capture_output=True)
         elif state and not state.startswith(("PENDING", "COMPLETING", "REQUEUE")):
-            return  # running again
-        time.sleep(0.25)
-    raise AssertionError(f"requeued job {jobid} did not start again within 90 s")
+            return self.seen  # running again
+        if time.monotonic() - self.requeued_at > 90:
+            raise AssertionError(f"requeued job {self.jobid} did not start again within 90 s")
+        return None
+
+
+def trainer_pids(jobid: str) -> list[int]:
+    """The job's RL trainer: the process that runs the rule's script (Snakemake runs it as
+    .snakemake/scripts/tmp*.train_rl.py), not the Snakemake process around it."""
+    pids = []
+    for line in slurm("scontrol", "listpids", jobid).splitlines()[1:]:
+        pid = int(line.split()[0])
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        # python .../tmpXXXX.train_rl.py (not the shell that Snakemake starts it with)
+        if len(argv) > 1 and argv[1].endswith(b".train_rl.py") and b"python" in argv[0]:
+            pids.append(pid)
+    return pids
+
+
+def tracking_store(workdir: Path) -> Path:
+    return Path(tracking_uri(workdir).removeprefix("sqlite:///"))
+
+
+def holds_lock_on(pids: list[int], path: Path) -> bool:
+    """Whether one of ``pids`` holds a lock (SQLite's fcntl locks) on the file ``path``."""
+    try:
+        inode = path.stat().st_ino
+    except FileNotFoundError:
+        return False
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()  # "1: POSIX ADVISORY WRITE <pid> <maj>:<min>:<inode> <start> <end>"
+        if len(fields) < 8 or fields[1] == "->":  # "->": waiting for the lock, not holding it
+            continue
+        if int(fields[4]) in pids and int(fields[5].rsplit(":", 1)[1]) == inode:
+            return True
+    return False
+
+
+class PastTimeLimit:
+    """Holds an RL job past its time limit: once the run has a checkpoint of PREEMPT_AFTER
+    steps, its trainer is stopped (SIGSTOP), so that this attempt cannot finish in time however
+    fast the machine; when SLURM ends the job for its time limit (it leaves RUNNING), the trainer
+    goes on (SIGCONT) and receives SLURM's SIGTERM, as a trainer still running would."""
+
+    def __init__(self, workdir: Path, init: str) -> None:
+        self.workdir, self.init = workdir, init
+        self.jobid: str | None = None
+        self.pids: list[int] = []
+        self.seen: dict[str, int | str] = {}
+        self.stopped_at = 0.0
+
+    def poll(self) -> dict[str, int | str] | None:
+        """One look; returns what it saw once the job has been let go."""
+        if self.jobid is None:
+            state_dir = self.workdir / "results" / EXP / "rl" / self.init / "seed-0" / "state"
+            step = checkpoint_step(state_dir)
+            if step < PREEMPT_AFTER:
+                return None
+            jobid = running_job(self.workdir, f"rule_train_rl_wildcards_{self.init}_0")
+            pids = trainer_pids(jobid) if jobid is not None else []
+            if not pids:
+                return None
+            self.signal(pids, signal.SIGSTOP)
+            if holds_lock_on(pids, tracking_store(self.workdir)):
+                # stopped inside a tracking call: every other job's tracking would wait for it
+                self.signal(pids, signal.SIGCONT)
+                return None
+            self.jobid, self.pids, self.stopped_at = jobid, pids, time.monotonic()
+            self.seen = {"jobid": int(jobid), "step": step}
+            return None
+        waited = time.monotonic() - self.stopped_at
+        state = job_state(self.jobid)
+        if state == "RUNNING" and waited < TIME_LIMIT_WAIT:
+            return None
+        self.signal(self.pids, signal.SIGCONT)
+        self.seen |= {"state_when_let_go": state, "stopped_s": round(waited)}
+        return self.seen
+
+    def release(self) -> None:
+        """Let the trainer go whatever happened (the run is being stopped)."""
+        if self.pids:
+            self.signal(self.pids, signal.SIGCONT)
+
+    @staticmethod
+    def signal(pids: list[int], sig: int) -> None:
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
 
 
 def stop_snakemake(proc: subprocess.Popen, workdir: Path) -> None:
@@ -237,59 +416,98 @@ def stop_snakemake(proc: subprocess.Popen, workdir: Path) -> None:
             subprocess.run(["scancel", jobid], check=False)
 
 
+SACCT_FIELDS = "JobID,JobName,Comment,State,ExitCode,ReqTRES,AllocTRES,Timelimit,ReqCPUS,ReqMem"
+SACCT_FIELDS += ",Account,Partition,WorkDir,Start"
+
+
+def sacct(*args: str) -> list[dict[str, str]]:
+    out = slurm("sacct", "-D", "-P", "-n", "-o", SACCT_FIELDS, *args).splitlines()
+    names = SACCT_FIELDS.split(",")
+    return [dict(zip(names, line.split("|"), strict=True)) for line in out]
+
+
 def sacct_rows(workdir: Path) -> list[dict[str, str]]:
-    fields = "JobID,JobName,Comment,State,ExitCode,ReqTRES,AllocTRES,Timelimit,ReqCPUS,ReqMem"
-    fields += ",Account,Partition,WorkDir,Start"
-    out = slurm(
-        "sacct", "-X", "-D", "-P", "-n", "-S", "now-1days", "-E", "now", "-o", fields
-    ).splitlines()
-    names = fields.split(",")
-    rows = [dict(zip(names, line.split("|"), strict=True)) for line in out]
+    rows = sacct("-X", "-S", "now-1days", "-E", "now")
     return [r for r in rows if r["WorkDir"] and Path(r["WorkDir"]) == workdir]
 
 
-@pytest.fixture(scope="module")
-def slurm_run(slurm_cluster, tmp_path_factory: pytest.TempPathFactory) -> SlurmRun:
-    """The test config on the cluster; both RL jobs preempted mid-run (see the module doc)."""
-    workdir = tmp_path_factory.mktemp("slurm")
+def job_steps(jobid: str) -> dict[str, dict[str, str]]:
+    """sacct's records of a job's steps by step name (batch, 0, ...), its last run's."""
+    return {r["JobID"].split(".", 1)[1]: r for r in sacct("-j", jobid) if "." in r["JobID"]}
+
+
+@dataclasses.dataclass
+class Launched:
+    experiment: str
+    workdir: Path
+    proc: subprocess.Popen
+    log_path: Path
+    start: float
+
+    def finish(self, preempted: dict[str, dict[str, int | str]]) -> SlurmRun:
+        seconds = time.perf_counter() - self.start
+        output = self.log_path.read_text()
+        print(
+            f"snakemake on SLURM ({self.experiment}): {seconds:.0f} s, exit {self.proc.returncode}"
+        )
+        jobs = sacct_rows(self.workdir)
+        return SlurmRun(
+            self.experiment, self.workdir, self.proc.returncode, output, seconds, preempted, jobs
+        )
+
+
+def launch(experiment: str, workdir: Path, args: list[str]) -> Launched:
     log_path = workdir / "snakemake.log"
-    # what to do to which RL run, once its checkpoint has PREEMPT_AFTER steps
-    actions = {"bc": requeue, "scratch": lambda jobid: slurm("scancel", "--signal=TERM", jobid)}
-    preempted: dict[str, dict[str, int]] = {}
-    start = time.perf_counter()
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
-            snakemake_args(workdir),
+            args,
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env=run_env(workdir),
         )
-        try:
-            while proc.poll() is None:
-                if time.perf_counter() - start > RUN_TIMEOUT:
-                    stop_snakemake(proc, workdir)
-                    tail = log_path.read_text()[-6000:]
-                    raise TimeoutError(f"snakemake on SLURM ran over {RUN_TIMEOUT} s:\n{tail}")
-                for init, act in actions.items():
-                    if init in preempted:
-                        continue
-                    state_dir = workdir / "results" / EXP / "rl" / init / "seed-0" / "state"
-                    step = checkpoint_step(state_dir)
-                    if step < PREEMPT_AFTER:
-                        continue
-                    jobid = running_job(workdir, f"rule_train_rl_wildcards_{init}_0")
-                    if jobid is not None:
-                        act(jobid)
-                        preempted[init] = {"jobid": int(jobid), "step": step}
-                time.sleep(0.2)
-        finally:
-            if proc.poll() is None:
-                stop_snakemake(proc, workdir)
-    seconds = time.perf_counter() - start
-    output = log_path.read_text()
-    print(f"snakemake on SLURM: {seconds:.0f} s, exit {proc.returncode}")
-    return SlurmRun(workdir, proc.returncode, output, seconds, preempted, sacct_rows(workdir))
+    return Launched(experiment, workdir, proc, log_path, time.perf_counter())
+
+
+@pytest.fixture(scope="module")
+def slurm_runs(slurm_cluster, tmp_path_factory: pytest.TempPathFactory) -> dict[str, SlurmRun]:
+    """The test config ("main": both RL jobs preempted mid-run, see the module doc) and the
+    memory-hungry collection ("oom"), on the cluster at the same time."""
+    main_dir, oom_dir = tmp_path_factory.mktemp("slurm"), tmp_path_factory.mktemp("slurm-oom")
+    runs = {
+        "main": launch(EXP, main_dir, snakemake_args(main_dir)),
+        "oom": launch(OOM_EXP, oom_dir, oom_args(oom_dir)),
+    }
+    past_limit = PastTimeLimit(main_dir, "scratch")
+    watches = {"bc": Requeued(main_dir, "bc"), "scratch": past_limit}
+    preempted: dict[str, dict[str, int | str]] = {}
+    start = time.perf_counter()
+    try:
+        while any(run.proc.poll() is None for run in runs.values()):
+            if time.perf_counter() - start > RUN_TIMEOUT:
+                tails = "\n".join(run.log_path.read_text()[-4000:] for run in runs.values())
+                raise TimeoutError(f"snakemake on SLURM ran over {RUN_TIMEOUT} s:\n{tails}")
+            # both RL jobs watched at once: neither may run on unseen
+            for init, watch in watches.items():
+                if init not in preempted and (seen := watch.poll()) is not None:
+                    preempted[init] = seen
+            time.sleep(0.2)
+    finally:
+        past_limit.release()
+        for run in runs.values():
+            if run.proc.poll() is None:
+                stop_snakemake(run.proc, run.workdir)
+    return {"main": runs["main"].finish(preempted), "oom": runs["oom"].finish({})}
+
+
+@pytest.fixture(scope="module")
+def slurm_run(slurm_runs: dict[str, SlurmRun]) -> SlurmRun:
+    return slurm_runs["main"]
+
+
+@pytest.fixture(scope="module")
+def oom_run(slurm_runs: dict[str, SlurmRun]) -> SlurmRun:
+    return slurm_runs["oom"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -342,10 +560,6 @@ def snakemake_resources(slurm_run: SlurmRun, rule: str, wildcards: str = "") -> 
             resources = dict(item.split("=", 1) for item in info["resources"].split(", "))
             return resources | {"threads": info.get("threads", "1")}
     raise AssertionError(f"no job of rule {rule} {wildcards} in Snakemake's output")
-
-
-def profile_mem_mb(rule: str, attempt: int) -> int:
-    return eval(str(PROFILE["set-resources"][rule]["mem_mb"]), {"attempt": attempt})
 
 
 def slurm_time(minutes: str) -> str:
@@ -415,6 +629,13 @@ def resumed_run(slurm_run: SlurmRun, init: str) -> tuple[dict, pd.DataFrame, lis
     return state, progress, starts
 
 
+def assert_each_step_once(progress: pd.DataFrame) -> None:
+    """A resumed run's progress has every logged step once, in order, up to the budget."""
+    steps = progress["time/total_timesteps"]
+    assert steps.is_monotonic_increasing and steps.is_unique, steps.tolist()
+    assert steps.iloc[-1] == RL_STEPS
+
+
 def test_requeued_rl_job_resumes_from_its_checkpoint(slurm_run: SlurmRun):
     assert "bc" in slurm_run.preempted, "the warm-started RL run finished before it was requeued"
     seen = slurm_run.preempted["bc"]
@@ -427,16 +648,32 @@ def test_requeued_rl_job_resumes_from_its_checkpoint(slurm_run: SlurmRun):
     assert state["timesteps"] == RL_STEPS
     # the second start continued from a checkpoint at least as recent as the one seen before
     assert len(starts) >= 2 and starts[0] == 0 and starts[1] >= seen["step"]
-    assert progress["time/total_timesteps"].iloc[-1] == RL_STEPS
-    assert progress["time/total_timesteps"].is_monotonic_increasing
+    assert_each_step_once(progress)
 
 
-def test_signalled_rl_job_is_resubmitted_with_more_memory_and_resumes(slurm_run: SlurmRun):
-    assert "scratch" in slurm_run.preempted, "the scratch RL run finished before it was signalled"
+def test_rl_job_past_its_time_limit_is_resubmitted_with_more_memory_and_resumes(
+    slurm_run: SlurmRun,
+):
+    """The scratch run's job, with one minute (sbatch -t 1), is still training when the minute
+    is up (its trainer held, see PastTimeLimit): SLURM ends it (TIMEOUT) with SIGTERM, the
+    trainer checkpoints and exits 75, Snakemake resubmits it (the profile's retries, with the
+    profile's doubled memory) and the new job resumes from the checkpoint and finishes."""
+    assert "scratch" in slurm_run.preempted, "the scratch RL run finished before its time limit"
     seen = slurm_run.preempted["scratch"]
+    # SLURM, not the test, ended the held job (the test only waits for it to leave RUNNING)
+    assert seen["state_when_let_go"] != "RUNNING", f"no time limit after {seen['stopped_s']} s"
     records = slurm_run.jobs_of("train_rl", "scratch_0")
-    assert [j["State"] for j in records] == ["FAILED", "COMPLETED"], records
+    assert [j["State"] for j in records] == ["TIMEOUT", "COMPLETED"], records
     assert records[0]["JobID"] == str(seen["jobid"])
+    assert [j["Timelimit"] for j in records] == ["00:01:00"] * 2
+    # the trainer caught SLURM's SIGTERM: its checkpoint, then exit status 75 (EX_TEMPFAIL), and
+    # the Snakemake around it failed the job step (rather than SLURM killing it: status 0:9)
+    step = job_steps(records[0]["JobID"])["0"]
+    assert (step["State"], step["ExitCode"]) == ("FAILED", "1:0"), step
+    slurm_log = slurm_run.slurm_log(records[0]["JobID"])
+    assert "DUE TO TIME LIMIT" in slurm_log
+    assert "SIGTERM: checkpoint at step" in slurm_log
+    assert "returned non-zero exit status 75" in slurm_log
     # the profile's retries: the second attempt asks for twice the memory
     assert [j["ReqMem"] for j in records] == [
         f"{profile_mem_mb('train_rl', attempt)}M" for attempt in (1, 2)
@@ -444,7 +681,64 @@ def test_signalled_rl_job_is_resubmitted_with_more_memory_and_resumes(slurm_run:
     state, progress, starts = resumed_run(slurm_run, "scratch")
     assert state["resumed"] >= 1
     assert len(starts) >= 2 and starts[0] == 0 and starts[1] >= seen["step"]
-    assert progress["time/total_timesteps"].iloc[-1] == RL_STEPS
-    # the first job's SLURM log (kept, as it failed) shows the checkpoint on SIGTERM
-    slurm_log = next(slurm_run.workdir.glob(f".snakemake/slurm_logs/**/{seen['jobid']}.log"))
-    assert "SIGTERM: checkpoint at step" in slurm_log.read_text()
+    assert_each_step_once(progress)
+
+
+def test_job_over_its_memory_is_killed_and_its_retry_with_more_memory_finishes(
+    oom_run: SlurmRun,
+):
+    """A collection shard of a task that holds HUNGRY_MB: the first job, with the profile's
+    memory for a first attempt, is killed for memory (its step OUT_OF_MEMORY where the cluster
+    limits memory with cgroups, cancelled by jobacct_gather's OverMemoryKill elsewhere); the
+    profile's retry asks for twice the memory and finishes."""
+    assert oom_run.returncode == 0, oom_run.output[-6000:]
+    assert (oom_run.workdir / OOM_TARGET).is_file()
+    records = oom_run.jobs_of("collect_shard", "0")
+    # the job fails as its step does (SLURM 22.05 records OUT_OF_MEMORY on the step killed; the
+    # job, whose batch script then fails, is FAILED, or OUT_OF_MEMORY where the batch step was
+    # the one over the limit), and its retry completes
+    assert [j["State"] for j in records][1:] == ["COMPLETED"], records
+    assert records[0]["State"] in ("FAILED", "OUT_OF_MEMORY"), records
+    assert [j["ReqMem"] for j in records] == [
+        f"{profile_mem_mb('collect_shard', attempt)}M" for attempt in (1, 2)
+    ]
+    assert profile_mem_mb("collect_shard", 1) < HUNGRY_MB < profile_mem_mb("collect_shard", 2)
+    killed = job_steps(records[0]["JobID"])["0"]
+    slurm_log = oom_run.slurm_log(records[0]["JobID"])
+    if "task/cgroup" in slurm("scontrol", "show", "config"):
+        assert killed["State"] == "OUT_OF_MEMORY", killed
+        assert f"oom-kill event(s) in StepId={records[0]['JobID']}.0" in slurm_log, slurm_log
+    else:
+        assert f"StepId={records[0]['JobID']}.0 exceeded memory limit" in slurm_log, slurm_log
+
+
+def test_slurm_dataset_and_clone_equal_the_local_runs(slurm_run: SlurmRun, test_workflow: Path):
+    """The same config on the cluster and locally (conftest's session run, 2 cores; the SLURM
+    run differs only in its RL budget): the same dataset (content hash) and the same clone,
+    weight for weight, though BC ran there with 2 threads and a GPU request."""
+    local = test_workflow / "results" / EXP
+    hashes = []
+    for results in (slurm_run.results(), local):
+        with h5py.File(results / "demos" / "demos.h5", "r") as f:
+            hashes.append(f.attrs["content_hash"])
+    assert hashes[0] == hashes[1]
+    clones = [
+        torch.load(results / "bc" / "policy.pt", weights_only=False)
+        for results in (slurm_run.results(), local)
+    ]
+    for clone in clones:  # the code's revision may differ (a commit in between): nothing else
+        clone["meta"].pop("code_revision")
+    assert clones[0]["meta"]["dataset_hash"] == hashes[0]
+    assert_equal_trees(clones[0], clones[1])
+
+
+def assert_equal_trees(a, b, path: str = "") -> None:
+    """Equal nested dicts and lists, tensors bit for bit."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys(), path
+        for key in a:
+            assert_equal_trees(a[key], b[key], f"{path}.{key}")
+    elif isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b), path
+    else:
+        assert a == b, path
