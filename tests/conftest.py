@@ -46,6 +46,29 @@ def untracked_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+def tracking_env_keys() -> tuple[str, ...]:
+    """The environment variables demo2rl.tracking reads or sets: MLflow's URI, credential,
+    experiment and HTTP settings, and demo2rl's parent run."""
+    from demo2rl import tracking  # imports MLflow: only for the tests that ask
+
+    http = ("TIMEOUT", "MAX_RETRIES", "BACKOFF_FACTOR")
+    return (
+        *(f"MLFLOW_TRACKING_{k}" for k in ("URI", "USERNAME", "PASSWORD")),
+        *("MLFLOW_EXPERIMENT_ID", "MLFLOW_EXPERIMENT_NAME", tracking.PARENT_ENV),
+        *(f"MLFLOW_HTTP_REQUEST_{k}" for k in http),
+    )
+
+
+def isolated_tracking_env(mp: pytest.MonkeyPatch, **env: str) -> None:
+    """Only ``env`` of :func:`tracking_env_keys`: each is recorded by ``mp``, so whatever the
+    code under test sets is undone after the test."""
+    for key in tracking_env_keys():
+        mp.setenv(key, "")
+        mp.delenv(key)
+    for key, value in env.items():
+        mp.setenv(key, value)
+
+
 def unavailable(reason: str) -> NoReturn:
     """A real component this test needs (SLURM, Chromium, a tmpfs mount) cannot start: skip
     the test with ``reason`` on a developer's machine, fail it with ``reason`` when CI=true, so

@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import BIN, TEST_CONFIG, snakemake_call
-from test_tracking import isolated_env
+from conftest import BIN, TEST_CONFIG, isolated_tracking_env, snakemake_call
 
 from demo2rl import tracking
 from demo2rl.config import TrackingConfig
@@ -121,7 +120,7 @@ def test_store_lock_names_its_holder_and_a_waiting_start_goes_on_when_it_is_free
 ):
     """A workflow's start waits for the store's lock; past the wait it fails (even with
     tracking failures not fatal: this is no outage) naming the holder, and creates nothing."""
-    isolated_env(monkeypatch)  # what start_workflow sets is undone after the test
+    isolated_tracking_env(monkeypatch)  # what start_workflow sets is undone after the test
     results = tmp_path / "results"
     uri = tracking.default_tracking_uri(results)
     lenient = TrackingConfig(enabled=True, fail_on_error=False)

@@ -30,7 +30,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from conftest import BIN, REPO, TEST_CONFIG, copy_run, snakemake, unavailable
+from conftest import BIN, REPO, TEST_CONFIG, copy_run, isolated_tracking_env, snakemake, unavailable
 from test_dataset_images import make_image_demos
 from user_tasks import nan_reward_step
 
@@ -50,16 +50,6 @@ USER_CODE = {
 }
 """The environment that lets a config name the user modules tests/user_tasks.py, user_expert.py."""
 
-
-TRACKING_ENV = (
-    "MLFLOW_TRACKING_URI",
-    "MLFLOW_EXPERIMENT_ID",
-    "MLFLOW_EXPERIMENT_NAME",
-    "MLFLOW_HTTP_REQUEST_TIMEOUT",
-    "MLFLOW_HTTP_REQUEST_MAX_RETRIES",
-    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR",
-)
-"""MLflow's environment variables that demo2rl.tracking reads or sets (and its own parent run's)."""
 
 UNTRACKED = {"enabled": False}
 """The tracking section of the workflows here, which check no tracking (conftest.untracked): all
@@ -676,9 +666,7 @@ def test_a_full_disk_under_the_mlflow_store_degrades_tracking_as_an_outage(
     from demo2rl.stages.merge_demos import merge_demos
     from demo2rl.tracking import outbox
 
-    for key in (*TRACKING_ENV, tracking.PARENT_ENV):  # recorded, so what the code sets is undone
-        monkeypatch.setenv(key, "")
-        monkeypatch.delenv(key)
+    isolated_tracking_env(monkeypatch)
     store = tmpfs(tmp_path / "store", "16m")
     uri = f"sqlite:///{store / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)

@@ -22,7 +22,7 @@ from typing import Any
 import pandas as pd
 import pytest
 import yaml
-from conftest import BIN, REPO, TEST_CONFIG, snakemake, unavailable
+from conftest import BIN, REPO, TEST_CONFIG, isolated_tracking_env, snakemake, unavailable
 from mlflow.exceptions import MlflowException
 
 from demo2rl import dataset, tracking
@@ -498,23 +498,11 @@ def test_the_workflow_logs_to_a_server_with_a_login(auth_server: MlflowServer, t
     assert auth_server.call("GET", endpoint)["permission"] == "MANAGE"
 
 
-def tracking_env(mp: pytest.MonkeyPatch, **env: str) -> None:
-    """Only ``env`` of the variables demo2rl.tracking reads or sets, all undone after the test."""
-    keys = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_URI")
-    keys += ("MLFLOW_EXPERIMENT_ID", "MLFLOW_EXPERIMENT_NAME", tracking.PARENT_ENV)
-    keys += tuple(f"MLFLOW_HTTP_REQUEST_{k}" for k in ("TIMEOUT", "MAX_RETRIES", "BACKOFF_FACTOR"))
-    for key in keys:
-        mp.setenv(key, "")  # recorded, so whatever start_workflow sets is undone
-        mp.delenv(key)
-    for key, value in env.items():
-        mp.setenv(key, value)
-
-
 def test_missing_credentials_stop_the_workflow_at_its_start(
     auth_server: MlflowServer, monkeypatch: pytest.MonkeyPatch
 ):
     """Every job's tracking would be refused: the workflow stops before any job, saying why."""
-    tracking_env(monkeypatch, MLFLOW_TRACKING_URI=auth_server.url)
+    isolated_tracking_env(monkeypatch, MLFLOW_TRACKING_URI=auth_server.url)
     monkeypatch.setenv("HOME", str(auth_server.root))  # no ~/.mlflow/credentials either
     with pytest.raises(MlflowException, match="401") as caught:
         tracking.start_workflow(
@@ -539,7 +527,7 @@ def test_a_deleted_experiment_the_user_cannot_restore_is_an_error_naming_it(
         "POST", "/api/3.0/mlflow/users/permissions/grant", grant | {"permission": "EDIT"}
     )
     auth_server.post("experiments/delete", {"experiment_id": experiment_id})
-    tracking_env(
+    isolated_tracking_env(
         monkeypatch,
         MLFLOW_TRACKING_URI=auth_server.url,
         MLFLOW_TRACKING_USERNAME=ALICE[0],

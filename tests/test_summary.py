@@ -12,9 +12,8 @@ import mlflow
 import numpy as np
 import pytest
 import yaml
-from conftest import REPO, TEST_CONFIG, snakemake
+from conftest import REPO, TEST_CONFIG, isolated_tracking_env, snakemake
 from rliable import metrics as rly
-from test_tracking import isolated_env
 
 from demo2rl import arms as arms_lib
 from demo2rl import dataset, evaluation, groups, names, rollout, seeds, summary, tasks
@@ -463,7 +462,7 @@ def test_summarize_stage_for_a_generic_task(
 
     # every variable start_workflow sets, recorded so that it is undone (delenv of a variable
     # that is not set records nothing: it leaked to the later tests of this worker)
-    isolated_env(monkeypatch)
+    isolated_tracking_env(monkeypatch)
     rng = np.random.default_rng(0)
     evals, curves = [], {}
     for name, level in [("expert", 90), ("bc", 80)] + [

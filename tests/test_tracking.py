@@ -18,6 +18,7 @@ from pathlib import Path
 
 import gymnasium as gym
 import pytest
+from conftest import isolated_tracking_env, tracking_env_keys
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from stable_baselines3 import PPO
@@ -27,30 +28,13 @@ from demo2rl import config, provenance, rl, stages, tracking
 from demo2rl.config import TrackingConfig
 from demo2rl.tracking import outbox
 
-# every variable demo2rl.tracking reads or writes: each test starts without them and leaves none
-ENV_KEYS = (
-    "MLFLOW_TRACKING_URI",
-    "MLFLOW_EXPERIMENT_ID",
-    "MLFLOW_EXPERIMENT_NAME",
-    tracking.PARENT_ENV,
-    "MLFLOW_HTTP_REQUEST_TIMEOUT",
-    "MLFLOW_HTTP_REQUEST_MAX_RETRIES",
-    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR",
-)
-
-
-def isolated_env(mp: pytest.MonkeyPatch) -> None:
-    for key in ENV_KEYS:
-        mp.setenv(key, "")  # recorded, so whatever the code under test sets is undone
-        mp.delenv(key)
-
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """One SQLite store for the module (a fresh store costs seconds of migrations)."""
     root = tmp_path_factory.mktemp("store")
     with pytest.MonkeyPatch.context() as mp:
-        isolated_env(mp)
+        isolated_tracking_env(mp)
         parent = tracking.start_workflow("unit", {"experiment": "unit"}, LENIENT, results_dir=root)
         assert parent is not None
         yield root
@@ -59,7 +43,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 @pytest.fixture
 def env(store: Path) -> Iterator[Path]:
     """The module store's workflow environment, restored after each test."""
-    saved = {k: os.environ.get(k) for k in ENV_KEYS}
+    saved = {k: os.environ.get(k) for k in tracking_env_keys()}
     yield store
     for key, value in saved.items():
         if value is None:
@@ -233,7 +217,7 @@ def test_unusable_store_is_retried_and_nothing_is_lost(
 ):
     """The store cannot be opened when the job starts and comes back later: the job works on,
     and the run is created late with everything logged in order."""
-    isolated_env(monkeypatch)
+    isolated_tracking_env(monkeypatch)
     blocker = tmp_path / "store"
     blocker.write_text("a file where the store's directory should be")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{blocker / 'mlflow.db'}")
@@ -264,7 +248,7 @@ def test_unusable_store_is_retried_and_nothing_is_lost(
 def test_unreachable_server_never_stops_the_job(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ):
-    isolated_env(monkeypatch)
+    isolated_tracking_env(monkeypatch)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{free_port()}")
     monkeypatch.setattr(outbox, "FLUSH_GRACE_S", 2.0)
     caplog.set_level(logging.INFO, logger="demo2rl.tracking")
@@ -290,7 +274,7 @@ def test_unreachable_server_never_stops_the_job(
 
 
 def test_fail_on_error_makes_an_unreachable_server_fatal(monkeypatch: pytest.MonkeyPatch):
-    isolated_env(monkeypatch)
+    isolated_tracking_env(monkeypatch)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{free_port()}")
     strict = TrackingConfig(enabled=True, fail_on_error=True)
     start = time.perf_counter()
