@@ -379,6 +379,10 @@ def _train_in_child(demos_and_clone, state_dir, total, init, checkpoint_every=10
             checkpoint_every=checkpoint_every,
         )
     except rl.Preempted:
+        # as the job script does, it goes on a moment after the checkpoint (its tracking is
+        # flushed) before it exits: a SIGTERM that comes then must not kill it
+        (state_dir / "preempted").touch()
+        time.sleep(1.0)
         os._exit(rl.PREEMPTED_EXIT_CODE)
     os._exit(0)
 
@@ -418,6 +422,11 @@ def test_a_killed_run_resumes_bit_for_bit(demos_and_clone, tmp_path, init, sig):
         time.sleep(0.01)
     assert child.is_alive(), "the run ended before it could be killed"
     os.kill(child.pid, sig)
+    if sig == signal.SIGTERM:  # SLURM signals every process of a step, Snakemake passes it on
+        while not (state_dir / "preempted").exists() and child.is_alive():
+            time.sleep(0.01)
+        os.kill(child.pid, signal.SIGTERM)
+        (state_dir / "preempted").unlink()
     child.join(60)
     assert child.exitcode == (-signal.SIGKILL if sig == signal.SIGKILL else rl.PREEMPTED_EXIT_CODE)
     stopped_at = _checkpointed_step(state_dir)

@@ -188,7 +188,10 @@ def train_rl(
                 "stays resumable"
             ) from None
         finally:
-            signal.signal(signal.SIGTERM, previous)
+            # a preempted run is on its way out (checkpoint saved, then its job's tracking
+            # flushed): more SIGTERMs (SLURM signals every process of the job step, Snakemake
+            # passes its own on) must not kill it before it exits with PREEMPTED_EXIT_CODE
+            signal.signal(signal.SIGTERM, signal.SIG_IGN if callback.stop else previous)
             env.close()
         end = model.num_timesteps
         schedule.maybe_evaluate(end, force=schedule.last_eval != end)
