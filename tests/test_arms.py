@@ -295,9 +295,7 @@ def test_an_arms_label_or_colour_is_no_code_a_training_rule_runs(tmp_path):
     assert 'color="tab:red",' in source and 'label="residual RL on BC",' in source
 
     def fingerprint(text: str) -> str:
-        path = tmp_path / f"v{len(list(tmp_path.iterdir()))}.py"
-        path.write_text(text)
-        return provenance._parse(path, "demo2rl.arms", 0, 0).source
+        return provenance._parse(text, tmp_path / "arms.py", "demo2rl.arms").source
 
     base = fingerprint(source)
     shown = source.replace('color="tab:red",', 'color="tab:pink",')
