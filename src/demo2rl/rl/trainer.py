@@ -209,9 +209,9 @@ def train_rl(
 
 
 class OnRolloutStart(BaseCallback):
-    """At each rollout start (after an update): check the update's losses and weights are
-    finite; evaluate and checkpoint when due; stop the rollout when SIGTERM arrived (the run
-    then saves the state of that rollout start)."""
+    """At each rollout start (after an update): check the update's losses are finite (its
+    weights were checked at every optimiser step); evaluate and checkpoint when due; stop the
+    rollout when SIGTERM arrived (the run then saves the state of that rollout start)."""
 
     def __init__(self, schedule: Schedule) -> None:
         super().__init__()
