@@ -830,3 +830,25 @@ def test_an_optimiser_step_that_leaves_a_nan_weight_stops_the_update(clone_env):
         rl.recipe.NonFiniteValue, match=r"^non-finite weights in \w+ after an optimiser step"
     ):
         model.train()
+
+
+def test_a_position_round_trips_through_tensors_and_numpy_scalars():
+    """What a checkpoint stores of a run's position comes back equal, numpy scalars in the
+    episode statistics (gymnasium's RecordEpisodeStatistics) and wide unsigned ints included."""
+    from demo2rl.rl import position
+
+    at = position.Position(
+        timesteps=512,
+        n_updates=4,
+        rng={"torch": torch.get_rng_state()},
+        last_obs=np.arange(6, dtype=np.float32).reshape(2, 3),
+        episode_starts=np.array([True, False]),
+        episode_infos=[{"r": np.float32(1.5), "l": np.int64(3), "t": 0.25}],
+        successes=[np.True_],
+        env={"keys": np.array([2**32 - 1], dtype=np.uint32), "speed": np.ones(2)},
+    )
+    back = position.from_tensors(position.to_tensors(at))
+    assert back.episode_infos == [{"r": 1.5, "l": 3, "t": 0.25}] and back.successes == [True]
+    assert np.array_equal(back.last_obs, at.last_obs) and back.episode_starts.tolist() == [1, 0]
+    assert back.env["keys"].dtype == np.uint32 and back.env["keys"][0] == 2**32 - 1
+    assert torch.equal(back.rng["torch"], at.rng["torch"])

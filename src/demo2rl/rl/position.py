@@ -134,7 +134,7 @@ def to_tensors(position: Position) -> dict[str, Any]:
         "rng": position.rng,
         "last_obs": _tensors(position.last_obs),
         "episode_starts": torch.from_numpy(position.episode_starts.copy()),
-        "episode_infos": json.dumps(position.episode_infos),
+        "episode_infos": json.dumps(position.episode_infos, default=_number),  # numpy scalars
         "successes": json.dumps([bool(s) for s in position.successes]),
         "env": None if position.env is None else _tensors(position.env),
         "pending_log": position.pending_log,
