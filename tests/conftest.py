@@ -46,6 +46,15 @@ def untracked_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+def checkpointed_step(state_dir: Path) -> int:
+    """The step of an RL run's last checkpoint (its readable copy, state.json), -1 before the
+    first (or while the copy is being replaced)."""
+    try:
+        return json.loads((state_dir / "state.json").read_text())["timesteps"]
+    except (FileNotFoundError, json.JSONDecodeError, KeyError):
+        return -1
+
+
 def tracking_env_keys() -> tuple[str, ...]:
     """The environment variables demo2rl.tracking reads or sets: MLflow's URI, credential,
     experiment and HTTP settings, and demo2rl's parent run."""

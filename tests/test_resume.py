@@ -3,31 +3,21 @@ its checkpoint and ends bit for bit where the uninterrupted session run ended.""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 import pandas as pd
 import pytest
 import torch
 import yaml
-from conftest import BIN, REPO, TEST_CONFIG, copy_run, snakemake
+from conftest import BIN, REPO, TEST_CONFIG, checkpointed_step, copy_run, snakemake
 
 pytestmark = pytest.mark.integration
 EXP = yaml.safe_load(TEST_CONFIG.read_text())["experiment"]
 RUN = f"results/{EXP}/rl/bc/seed-0"
 """The run killed here: the warm start's (a clone, a critic warm-up: most of the arm's state)."""
-
-
-def checkpointed_step(state_dir: Path) -> int:
-    """The step of the run's last checkpoint (its readable copy), -1 before the first."""
-    try:
-        return json.loads((state_dir / "state.json").read_text())["timesteps"]
-    except (FileNotFoundError, json.JSONDecodeError, KeyError):
-        return -1
 
 
 def test_a_training_job_killed_hard_resumes_to_the_uninterrupted_result(test_workflow, tmp_path):

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from conftest import checkpointed_step
 
 from demo2rl import (
     acting,
@@ -387,14 +388,6 @@ def _train_in_child(demos_and_clone, state_dir, total, init, checkpoint_every=10
     os._exit(0)
 
 
-def _checkpointed_step(state_dir: Path) -> int:
-    """The step of the run's last checkpoint (its readable mirror), -1 before the first."""
-    try:
-        return json.loads((state_dir / rl.STATE).read_text())["timesteps"]
-    except (FileNotFoundError, json.JSONDecodeError):
-        return -1
-
-
 def same_progress(a: pd.DataFrame, b: pd.DataFrame) -> None:
     """Assert two progress tables log the same steps with the same values (NaN-aware), but for
     the wall-clock columns (fps, elapsed time) and SB3's per-learn() iteration counter."""
@@ -418,7 +411,7 @@ def test_a_killed_run_resumes_bit_for_bit(demos_and_clone, tmp_path, init, sig):
     )
     child.start()
     deadline = time.time() + 120
-    while _checkpointed_step(state_dir) < 1024 and child.is_alive() and time.time() < deadline:
+    while checkpointed_step(state_dir) < 1024 and child.is_alive() and time.time() < deadline:
         time.sleep(0.01)
     assert child.is_alive(), "the run ended before it could be killed"
     os.kill(child.pid, sig)
@@ -429,7 +422,7 @@ def test_a_killed_run_resumes_bit_for_bit(demos_and_clone, tmp_path, init, sig):
         (state_dir / "preempted").unlink()
     child.join(60)
     assert child.exitcode == (-signal.SIGKILL if sig == signal.SIGKILL else rl.PREEMPTED_EXIT_CODE)
-    stopped_at = _checkpointed_step(state_dir)
+    stopped_at = checkpointed_step(state_dir)
     assert 1024 <= stopped_at < total
     # the state: tensors, counters and JSON in one checkpoint, the run's key; no pickle
     kept = sorted(p.name for p in state_dir.iterdir() if not p.name.startswith("progress-"))
@@ -479,9 +472,9 @@ def test_two_trainers_never_share_a_state_dir(demos_and_clone, tmp_path, monkeyp
     child.start()
     try:
         deadline = time.time() + 120
-        while _checkpointed_step(state_dir) < 0 and time.time() < deadline:
+        while checkpointed_step(state_dir) < 0 and time.time() < deadline:
             time.sleep(0.2)
-        assert _checkpointed_step(state_dir) >= 0, "the first trainer never checkpointed"
+        assert checkpointed_step(state_dir) >= 0, "the first trainer never checkpointed"
         monkeypatch.setattr(rl.state, "LOCK_WAIT_S", 1.0)
         with pytest.raises(rl.StateDirBusy, match=rf"in use by another trainer .*{child.pid}"):
             train(demos_and_clone, state_dir, "scratch", total_timesteps=total)
@@ -792,7 +785,7 @@ def test_a_nan_reward_fails_the_run_naming_it_and_keeps_the_last_checkpoint(tmp_
         "[0, 1, 2, 3, 4, 5, 6, 7] after an env step. No policy written; the last checkpoint "
         f"(step 4096) in {state_dir} stays resumable"
     )
-    assert _checkpointed_step(state_dir) == 4096
+    assert checkpointed_step(state_dir) == 4096
     key = key_of("scratch", RL_CFG | kw)
     assert rl.claim_state_dir(state_dir, key)  # the same run resumes from there
 

@@ -53,7 +53,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from conftest import BIN, REPO, TEST_CONFIG, unavailable, untracked
+from conftest import BIN, REPO, TEST_CONFIG, checkpointed_step, unavailable, untracked
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -271,13 +271,6 @@ def job_state(jobid: str) -> str:
     return proc.stdout.strip()
 
 
-def checkpoint_step(state_dir: Path) -> int:
-    try:
-        return json.loads((state_dir / "state.json").read_text())["timesteps"]
-    except (FileNotFoundError, json.JSONDecodeError, KeyError):
-        return 0
-
-
 class Requeued:
     """Requeues an RL job once its run has a checkpoint of PREEMPT_AFTER steps, as a preemption
     with PreemptMode=REQUEUE does, and sees it start again."""
@@ -292,7 +285,7 @@ class Requeued:
         """One look; returns what it saw once the job runs again."""
         if self.jobid is None:
             state_dir = self.workdir / "results" / EXP / "rl" / self.init / "seed-0" / "state"
-            step = checkpoint_step(state_dir)
+            step = checkpointed_step(state_dir)
             jobid = running_job(self.workdir, f"rule_train_rl_wildcards_{self.init}_0")
             if step >= PREEMPT_AFTER and jobid is not None:
                 slurm("scontrol", "requeue", jobid)
@@ -364,7 +357,7 @@ class PastTimeLimit:
         """One look; returns what it saw once the job has been let go."""
         if self.jobid is None:
             state_dir = self.workdir / "results" / EXP / "rl" / self.init / "seed-0" / "state"
-            step = checkpoint_step(state_dir)
+            step = checkpointed_step(state_dir)
             if step < PREEMPT_AFTER:
                 return None
             jobid = running_job(self.workdir, f"rule_train_rl_wildcards_{self.init}_0")
