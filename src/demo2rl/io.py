@@ -115,16 +115,29 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     except Exception as err:
         if isinstance(err, DiskFull) and err.path == final:
             raise
-        code = _no_space(err, final.parent)
-        if code is None:
-            raise
         written = _allocated(tmp)
-        tmp.unlink(missing_ok=True)
-        free = shutil.disk_usage(final.parent).free
-        raise DiskFull(final, free, written=written, quota=code == errno.EDQUOT) from err
+        tmp.unlink(missing_ok=True)  # before the free space is measured
+        full = as_disk_full(err, final, written=written)
+        if full is None:
+            raise
+        raise full from err
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+
+
+def as_disk_full(
+    err: BaseException, path: str | os.PathLike[str], *, written: int | None = None
+) -> DiskFull | None:
+    """``err``, raised while writing ``path``, as a :class:`DiskFull` naming it and the space
+    free now, if it is a write that found no room (see :func:`_no_space`); else None. For
+    writers that cannot go through :func:`atomic_path` (a log appended in place)."""
+    path = Path(path)
+    code = _no_space(err, path.parent)
+    if code is None:
+        return None
+    free = shutil.disk_usage(path.parent).free
+    return DiskFull(path, free, written=written, quota=code == errno.EDQUOT)
 
 
 def _allocated(path: Path) -> int | None:

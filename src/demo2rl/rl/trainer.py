@@ -11,9 +11,7 @@ steps.
 from __future__ import annotations
 
 import dataclasses
-import errno
 import logging
-import shutil
 import signal
 import time
 from collections.abc import Callable
@@ -176,10 +174,10 @@ def train_rl(
                 step = schedule.save_last_rollout_start()
                 raise Preempted(f"SIGTERM: checkpoint at step {step}")
         except OSError as err:  # SB3 appends the progress rows to the segment in place
-            if err.errno not in io.NO_SPACE or isinstance(err, io.DiskFull):
+            full = None if isinstance(err, io.DiskFull) else io.as_disk_full(err, segment)
+            if full is None:
                 raise
-            free = shutil.disk_usage(segment.parent).free
-            raise io.DiskFull(segment, free, quota=err.errno == errno.EDQUOT) from err
+            raise full from err
         except recipe.NonFiniteValue as err:
             last = schedule.last_checkpoint
             raise recipe.NonFiniteValue(
