@@ -4,6 +4,7 @@ its checkpoint and ends bit for bit where the uninterrupted session run ended.""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -12,7 +13,8 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from conftest import BIN, REPO, TEST_CONFIG, checkpointed_step, copy_run, snakemake
+from conftest import BIN, TEST_CONFIG, checkpointed_step, copy_run, snakemake, snakemake_call
+from test_rl import same_progress
 
 pytestmark = pytest.mark.integration
 EXP = yaml.safe_load(TEST_CONFIG.read_text())["experiment"]
@@ -25,23 +27,20 @@ def test_a_training_job_killed_hard_resumes_to_the_uninterrupted_result(test_wor
     would) once the job has checkpointed mid-training; the rerun resumes that checkpoint (the log
     says so) and writes the session run's policy weights, evaluations and progress rows."""
     work = copy_run(test_workflow, tmp_path / "run")
-    for name in ("policy.pt", "progress.csv", "evaluations.csv", "state"):
-        path = work / RUN / name
-        if path.is_dir():
-            for child in path.iterdir():
-                child.unlink()
-            path.rmdir()
-        else:
-            path.unlink()
+    for name in ("policy.pt", "progress.csv", "evaluations.csv"):
+        (work / RUN / name).unlink()
+    shutil.rmtree(work / RUN / "state")
     total = yaml.safe_load(TEST_CONFIG.read_text())["rl"]["total_timesteps"]
-    cmd = [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "-d", str(work)]
-    cmd += ["--configfile", str(TEST_CONFIG), "--cores", "1", f"{RUN}/policy.pt"]
+    run = ("--configfile", str(TEST_CONFIG), "--cores", "1", f"{RUN}/policy.pt")
     # checkpoints every 256 steps (a speed setting: a resource, it changes no result)
-    killed = [*cmd, "--set-resources", "train_rl:checkpoint_every=256"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "DEMO2RL_"))}
+    args, env = snakemake_call(work, *run, "--set-resources", "train_rl:checkpoint_every=256")
     with open(tmp_path / "killed.log", "w") as out:
         proc = subprocess.Popen(
-            killed, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env
+            [str(BIN / "snakemake"), *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
         )
     state = work / RUN / "state"
     deadline = time.time() + 300
@@ -55,7 +54,7 @@ def test_a_training_job_killed_hard_resumes_to_the_uninterrupted_result(test_wor
 
     # as a user would after a hard kill: Snakemake's lock stayed behind, and says to do this
     snakemake(work, "--configfile", str(TEST_CONFIG), "--unlock")
-    snakemake(work, "--configfile", str(TEST_CONFIG), "--cores", "1", f"{RUN}/policy.pt")
+    snakemake(work, *run)
     log = (work / f"results/{EXP}/logs/train_rl/bc-seed0.log").read_text()
     assert f"resuming from step {stopped} (resume #1)" in log, log[-3000:]
     fresh = torch.load(test_workflow / RUN / "policy.pt", weights_only=True)
@@ -64,8 +63,6 @@ def test_a_training_job_killed_hard_resumes_to_the_uninterrupted_result(test_wor
     for name, value in fresh["state_dict"].items():
         assert torch.equal(value, resumed["state_dict"][name]), name
     for table in ("evaluations.csv", "progress.csv"):
-        a, b = (pd.read_csv(d / RUN / table) for d in (test_workflow, work))
-        kept = [c for c in a.columns if not c.startswith("time/") or c == "time/total_timesteps"]
-        pd.testing.assert_frame_equal(a[kept], b[kept])
+        same_progress(*(pd.read_csv(d / RUN / table) for d in (test_workflow, work)))
     steps = pd.read_csv(work / RUN / "progress.csv")["time/total_timesteps"]
     assert steps.is_unique and steps.is_monotonic_increasing
