@@ -27,7 +27,9 @@ include: "rules/report.smk"
 rule all:
     default_target: True
     input:
-        f"{RESULTS}/demos/demos.h5",
-        f"{RESULTS}/bc/policy.pt",
-        [f"{run.dir(RESULTS)}/policy.pt" for run in RL_RUNS],
+        # every variant's (the base config's first): the dataset, the clone, the RL runs, the
+        # report; where a variant shares a job with an earlier one, that job's files
+        [demos_path(v) for v in VARIANTS.values()],
+        [clone_path(v) for v in VARIANTS.values()],
+        [f"{rl_run_dir(v, run)}/policy.pt" for v in VARIANTS.values() for run in v.runs],
         REPORT_TARGETS,

@@ -1,13 +1,13 @@
 rule train_bc:
     input:
-        demos=f"{RESULTS}/demos/demos.h5",
+        demos=of_variant(demos_path),
     output:
-        policy=f"{RESULTS}/bc/policy.pt",
-        metrics=f"{RESULTS}/bc/metrics.json",
+        policy="{root}/bc/policy.pt",
+        metrics="{root}/bc/metrics.json",
     log:
-        f"{RESULTS}/logs/train_bc.log",
+        "{root}/logs/train_bc.log",
     benchmark:
-        f"{RESULTS}/benchmarks/train_bc.tsv"
+        "{root}/benchmarks/train_bc.tsv"
     conda:
         "../envs/train.yaml"
     # torch threads (and HDF5 loader workers when streaming); small MLPs train fastest on one
@@ -15,18 +15,18 @@ rule train_bc:
     resources:
         mem_mb=8000,
         runtime=60,
-        gpu=gpus(config["bc"]["device"]),
+        gpu=of_variant(lambda v: gpus(v.config["bc"]["device"])),
         # envs stepped together when clone and expert drive the held-out episodes: speed only
-        eval_envs=EVALUATE.n_envs,
+        eval_envs=of_variant(lambda v: v.evaluate.n_envs),
         # the time limit on each env or expert call (task.timeout_s): robustness only
-        timeout_ms=TIMEOUT_MS,
+        timeout_ms=of_variant(lambda v: v.timeout_ms),
     params:
         tracking=TRACKING,
-        task=TASK,
-        policy=config["policy"],
-        bc=config["bc"],
-        eval_episodes=EVALUATE.during_training,
-        seed=config["seed"],
+        task=of_variant(lambda v: v.task),
+        policy=of_variant(lambda v: v.config["policy"]),
+        bc=of_variant(lambda v: v.config["bc"]),
+        eval_episodes=of_variant(lambda v: v.evaluate.during_training),
+        seed=of_variant(lambda v: v.config["seed"]),
         code=code("train_bc", task=True),
     script:
         "../scripts/train_bc.py"
@@ -34,15 +34,15 @@ rule train_bc:
 
 rule plot_bc:
     input:
-        f"{RESULTS}/bc/metrics.json",
+        "{root}/bc/metrics.json",
     output:
         report(
-            f"{RESULTS}/bc/loss.png",
+            "{root}/bc/loss.png",
             caption="../report/bc_loss.rst",
             category="Behaviour cloning",
         ),
     log:
-        f"{RESULTS}/logs/plot_bc.log",
+        "{root}/logs/plot_bc.log",
     conda:
         "../envs/report.yaml"
     threads: 1

@@ -1,10 +1,10 @@
 rule collect_shard:
     output:
-        f"{RESULTS}/demos/shard-{{shard}}.h5",
+        "{root}/demos/shard-{shard}.h5",
     log:
-        f"{RESULTS}/logs/collect_shard/{{shard}}.log",
+        "{root}/logs/collect_shard/{shard}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/collect_shard/{{shard}}.tsv"
+        "{root}/benchmarks/collect_shard/{shard}.tsv"
     conda:
         "../envs/collect.yaml"
     threads: 1
@@ -12,16 +12,16 @@ rule collect_shard:
         mem_mb=2000,
         runtime=30,
         # envs stepped as one batch: speed only (every episode's seed is fixed by its index)
-        envs=COLLECT.n_envs,
+        envs=of_variant(lambda v: v.collect.n_envs),
         # HDF5 compression of image observations: size and speed only (the hash covers the data)
-        codec=COLLECT.codec,
+        codec=of_variant(lambda v: v.collect.codec),
         # the time limit on each env or expert call (task.timeout_s): robustness only
-        timeout_ms=TIMEOUT_MS,
+        timeout_ms=of_variant(lambda v: v.timeout_ms),
     params:
         tracking=TRACKING,
-        task=TASK,
-        collect=COLLECT.pick("n_episodes", "n_shards"),
-        seed=config["seed"],
+        task=of_variant(lambda v: v.task),
+        collect=of_variant(lambda v: v.collect.pick("n_episodes", "n_shards")),
+        seed=of_variant(lambda v: v.config["seed"]),
         code=code("collect_shard", task=True),
     script:
         "../scripts/collect_shard.py"
@@ -29,13 +29,15 @@ rule collect_shard:
 
 rule merge_demos:
     input:
-        expand(f"{RESULTS}/demos/shard-{{shard}}.h5", shard=SHARDS),
+        lambda wc: expand(
+            f"{wc.root}/demos/shard-{{shard}}.h5", shard=range(V(wc).collect.n_shards)
+        ),
     output:
-        f"{RESULTS}/demos/demos.h5",
+        "{root}/demos/demos.h5",
     log:
-        f"{RESULTS}/logs/merge_demos.log",
+        "{root}/logs/merge_demos.log",
     benchmark:
-        f"{RESULTS}/benchmarks/merge_demos.tsv"
+        "{root}/benchmarks/merge_demos.tsv"
     conda:
         "../envs/collect.yaml"
     threads: 1
@@ -43,10 +45,10 @@ rule merge_demos:
         mem_mb=4000,
         runtime=15,
         # HDF5 compression of image observations: size and speed only (the hash covers the data)
-        codec=COLLECT.codec,
+        codec=of_variant(lambda v: v.collect.codec),
     params:
         tracking=TRACKING,
-        collect=COLLECT.pick("n_episodes", "valid_fraction"),
+        collect=of_variant(lambda v: v.collect.pick("n_episodes", "valid_fraction")),
         code=code("merge_demos"),
     script:
         "../scripts/merge_demos.py"

@@ -4,6 +4,12 @@
 # the code it runs). Settings that change speed only (envs stepped together, checkpoint spacing)
 # are `resources:` instead, which rerun nothing. config/schema.yaml says, per key, which rules
 # read it (`x-read-by`); tests/test_rerun_matrix.py checks that against Snakemake's plan.
+import copy
+import functools
+import json
+import re
+
+import yaml
 from snakemake.exceptions import WorkflowError
 
 from demo2rl import (
@@ -14,73 +20,176 @@ from demo2rl import (
     probe,
     provenance,
     tasks,
+    variants,
     vec_kinds,
 )
 
-# the config, then the task itself (one env batch, one reset, one expert call): a bad key, a
-# space the workflow cannot use or an expert that does not fit fails here, before any job
-try:
-    config_checks.check(config)
-    PROBE = probe.probe_task(config)
-except config_checks.ConfigError as err:
-    raise WorkflowError(f"Invalid config: {err}") from None
-# `rl.inits: all`: every arm that applies to the task (the probe says which, and logs why an arm
-# is left out); an explicit list is checked by the probe and kept as it is
-config["rl"]["inits"] = list(PROBE.arms)
-# `auto` as it runs (native or dummy), so that spelling out the same choice reruns nothing
-config["rl"]["vec_env"] = vec_kinds.resolve_vec_env(
-    config["rl"]["vec_env"], config["task"]["env_id"], config["task"]["frame_stack"]
-)
-# `rl.device: auto` as it runs: CUDA for a CNN policy where this machine has an NVIDIA GPU (the
-# job then requests the `gpu` resource), else the CPU, where small MLPs train fastest
-config["rl"]["device"] = config_checks.rl_device(config["rl"]["device"], PROBE.images)
+SCHEMA_LEAVES = variants.schema_leaves(yaml.safe_load(config_checks.SCHEMA.read_text()))
+"""Every config key, with the rules that read it (x-read-by): what a variant shares by."""
 
-# params compare as text: sort the config's keys, so that their order in a file never counts
-_canonical = config_checks.canonical(config)
-config.clear()
-config.update(_canonical)
+
+@functools.cache
+def probed(task_json):
+    """The task probe (one env batch, one reset, a few steps, one expert call), once per distinct
+    task, encoder and arm choice among the variants."""
+    return probe.probe_task(json.loads(task_json))
+
+
+def resolved(name, cfg):
+    """A variant's config as its jobs read it: checked, its task probed (a bad key, a space the
+    workflow cannot use or an expert that does not fit fails here, before any job, naming the
+    variant), the `auto` and `all` values resolved as they run, keys sorted."""
+    try:
+        config_checks.check(cfg)
+        probe_input = {
+            "task": cfg["task"],
+            "policy": {"cnn": cfg["policy"]["cnn"]},
+            "rl": {k: cfg["rl"][k] for k in ("inits", "vec_env")},
+        }
+        found = probed(json.dumps(probe_input, sort_keys=True))
+    except config_checks.ConfigError as err:
+        where = "" if name == variants.BASE else f"variant {name!r}: "
+        raise WorkflowError(f"Invalid config: {where}{err}") from None
+    # `rl.inits: all`: every arm that applies to the task (the probe says which, and logs why an
+    # arm is left out); an explicit list is checked by the probe and kept as it is
+    cfg["rl"]["inits"] = list(found.arms)
+    # `auto` as it runs (native or dummy), so that spelling out the same choice reruns nothing
+    cfg["rl"]["vec_env"] = vec_kinds.resolve_vec_env(
+        cfg["rl"]["vec_env"], cfg["task"]["env_id"], cfg["task"]["frame_stack"]
+    )
+    # `rl.device: auto` as it runs: CUDA for a CNN policy where this machine has an NVIDIA GPU
+    # (the job then requests the `gpu` resource), else the CPU, where small MLPs train fastest
+    cfg["rl"]["device"] = config_checks.rl_device(cfg["rl"]["device"], found.images)
+    # params compare as text: sort the config's keys, so that their order in a file never counts
+    return config_checks.canonical(cfg)
+
+
+def variant_configs(base):
+    """The base config and every variant's, each validated by the schema and resolved."""
+    declared = variants.declared(base["variants"])
+    plain = {k: v for k, v in base.items() if k != "variants"}
+    configs = {variants.BASE: resolved(variants.BASE, copy.deepcopy(plain))}
+    for name, overrides in declared.items():
+        try:
+            variants.check_overrides(name, overrides, SCHEMA_LEAVES)
+        except config_checks.ConfigError as err:
+            raise WorkflowError(f"Invalid config: {err}") from None
+        merged = variants.merge(plain, overrides)
+        try:
+            validate(merged, str(config_checks.SCHEMA))
+        except WorkflowError as err:
+            raise WorkflowError(f"Invalid config: variant {name!r}: {err}") from None
+        configs[name] = resolved(name, merged)
+    return configs
+
+
+class Variant:
+    """One variant of the invocation as the rules read it: its config's sections and the
+    values derived from them (the base config is the variant `base`)."""
+
+    def __init__(self, name, cfg):
+        self.name = name
+        self.config = cfg
+        self.root = names.variant_root(RESULTS, name)
+        # the sections the rules read themselves (each job gets the one or two numbers it uses)
+        self.collect = config_checks.CollectConfig.of(cfg["collect"])
+        self.evaluate = config_checks.EvaluateConfig.of(cfg["evaluate"])
+        self.inits = cfg["rl"]["inits"]
+        self.runs = names.rl_runs(self.inits, cfg["rl"]["seeds"])
+        self.policies = names.policy_names(self.inits, cfg["rl"]["seeds"])
+        self.arm_looks = {arm.name: [arm.label, arm.color] for arm in map(arms.get, self.inits)}
+        """How tables and figures show each arm: a param of the rules that show them (code
+        fingerprints leave labels and colours out, so that editing one retrains nothing)."""
+        self.task = {k: v for k, v in cfg["task"].items() if k != "timeout_s"}
+        """The task as a job's param: all but `timeout_s`, which changes no result (the time
+        limit on the task's code: the `timeout_ms` resource, demo2rl.jobs.task_config)."""
+        self.env = {
+            k: self.task[k] for k in ("env_id", "env_kwargs", "frame_stack", "max_episode_steps")
+        }
+        """The task without its expert: what stages that only step the env read."""
+        self.timeout_ms = max(1, round(1000 * cfg["task"]["timeout_s"]))
+        """`task.timeout_s` in integer milliseconds, the resource the rules take (Snakemake
+        would round a float resource to whole seconds)."""
+        self.task_code = tuple(
+            tasks.entry_point_modules(cfg["task"]["env_id"], cfg["task"]["expert"]["entry_point"])
+        )
+        """The modules of the task's env and expert (a user's own code, too)."""
+        self.racing = cfg["task"]["env_id"].rpartition(":")[2] == "Racing-v0"
+
 
 RESULTS = f"results/{config['experiment']}"
-# the sections the rules read themselves (each job gets the one or two numbers it uses)
-COLLECT = config_checks.CollectConfig.of(config["collect"])
-EVALUATE = config_checks.EvaluateConfig.of(config["evaluate"])
-SHARDS = range(COLLECT.n_shards)
-INITS = config["rl"]["inits"]
-RL_SEEDS = config["rl"]["seeds"]
-RL_RUNS = names.rl_runs(INITS, RL_SEEDS)
-RL_DIR = f"{RESULTS}/{names.RL_DIR}"
-"""An RL run's directory, with the init and seed wildcards."""
-ARM_LOOKS = {arm.name: [arm.label, arm.color] for arm in map(arms.get, INITS)}
-"""How tables and figures show each arm: a param of the rules that show them (code fingerprints
-leave labels and colours out, so that editing one retrains nothing)."""
-TASK = {k: v for k, v in config["task"].items() if k != "timeout_s"}
-"""The task as a job's param: all but `timeout_s`, which changes no result (the time limit on
-the task's code: the `timeout_ms` resource, demo2rl.jobs.task_config)."""
-ENV = {k: TASK[k] for k in ("env_id", "env_kwargs", "frame_stack", "max_episode_steps")}
-"""The task without its expert: what stages that only step the env read."""
-TIMEOUT_MS = max(1, round(1000 * config["task"]["timeout_s"]))
-"""`task.timeout_s` in integer milliseconds, the resource the rules take (Snakemake would round
-a float resource to whole seconds)."""
-TASK_CODE = tasks.entry_point_modules(
-    config["task"]["env_id"], config["task"]["expert"]["entry_point"]
+VARIANTS = {
+    name: Variant(name, cfg) for name, cfg in variant_configs(config).items()
+}
+"""Every variant of this invocation, the base first."""
+BASE = VARIANTS[variants.BASE]
+BY_ROOT = {v.root: v for v in VARIANTS.values()}
+SHARING = variants.Sharing(
+    {name: v.config for name, v in VARIANTS.items()},
+    SCHEMA_LEAVES,
+    lambda init: arms.get(init).needs_clone,
 )
-"""The modules of the task's env and expert (a user's own code, too)."""
+# the base config as its jobs read it, with the variants as declared (what the MLflow parent
+# run records)
+_declared = config["variants"]
+config.clear()
+config.update(config_checks.canonical({**BASE.config, "variants": _declared}))
 # how tracking failures are treated: a dataclass, which Snakemake leaves out of its params rerun
 # trigger (it cannot change a result); tests/test_rerun_matrix.py checks that it stays so
 TRACKING = config_checks.TrackingConfig.of(config["tracking"])
+ALL_INITS = sorted({init for v in VARIANTS.values() for init in v.inits})
+RL_DIR = f"{{root}}/{names.RL_DIR}"
+"""An RL run's directory, with the root (a variant's results), init and seed wildcards."""
+
+
+def V(wildcards):
+    """The variant whose results directory a job's `root` wildcard is."""
+    return BY_ROOT[wildcards.root]
+
+
+def owner_root(variant, *job):
+    """Where the job `job` of `variant` writes: the results of the first variant with the same
+    job (demo2rl.variants.Sharing), so that a job is never run twice."""
+    return VARIANTS[SHARING.owner(variant.name, *job)].root
+
+
+def demos_path(variant):
+    return f"{owner_root(variant, 'demos')}/demos/demos.h5"
+
+
+def clone_path(variant):
+    return f"{owner_root(variant, 'clone')}/bc/policy.pt"
+
+
+def rl_run_dir(variant, run):
+    return run.dir(owner_root(variant, "rl", run.arm, str(run.seed)))
+
+
+def producer(policy):
+    """The job that made an evaluated policy, as demo2rl.variants.Sharing names jobs."""
+    run = names.RLRun.parse(policy)
+    if run is not None:
+        return f"rl:{run.arm}:{run.seed}"
+    return "clone" if policy == names.BC else ""
+
+
+def evaluation_path(variant, policy):
+    root = owner_root(variant, "evaluation", policy, producer(policy))
+    return f"{root}/eval/{policy}.json"
 
 
 def rl_inputs(wildcards):
     """The dataset for every arm (normalisation statistics), the clone for the arms that use it."""
-    inputs = {"demos": f"{RESULTS}/demos/demos.h5"}
+    variant = V(wildcards)
+    inputs = {"demos": demos_path(variant)}
     if arms.get(wildcards.init).needs_clone:
-        inputs["bc"] = f"{RESULTS}/bc/policy.pt"
+        inputs["bc"] = clone_path(variant)
     return inputs
 
 
 def rl_params(wildcards):
     """The rl slice a run of this arm reads (checkpoint_every is a resource instead)."""
-    return groups.arm_rl_config(config["rl"], wildcards.init)
+    return groups.arm_rl_config(V(wildcards).config["rl"], wildcards.init)
 
 
 def gpus(device):
@@ -88,18 +197,28 @@ def gpus(device):
     return 1 if str(device).startswith("cuda") else 0
 
 
+@functools.cache
+def fingerprint(stage, task_code):
+    return provenance.code_fingerprint(f"demo2rl.stages.{stage}", *task_code)
+
+
 def code(stage, task=False):
     """Fingerprint of the code a rule runs (its stage module and what that imports; with
-    `task`, the task's env and expert too); as a param, an edit of that code reruns the rule.
+    `task`, the task's env and expert too), a function of the job's variant; as a param, an
+    edit of that code reruns the rule.
     """
-    return provenance.code_fingerprint(
-        f"demo2rl.stages.{stage}", *(TASK_CODE if task else ())
-    )
+    return lambda wildcards: fingerprint(stage, V(wildcards).task_code if task else ())
+
+
+def of_variant(get):
+    """A param or resource that is `get(variant)` for the job's variant."""
+    return lambda wildcards: get(V(wildcards))
 
 
 wildcard_constraints:
+    root="|".join(re.escape(v.root) for v in VARIANTS.values()),
     shard=r"\d+",
-    init="|".join(INITS),
+    init="|".join(ALL_INITS),
     seed=r"\d+",
 
 

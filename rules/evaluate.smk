@@ -1,10 +1,11 @@
 # Final evaluation: every policy on the same held-out tracks (evaluation seeds, disjoint from the
 # demonstration and training seeds), one job per policy.
-EVAL_POLICIES = names.policy_names(INITS, RL_SEEDS)
-# the checkpoint of each learned policy (the expert is code and config only)
-CHECKPOINTS = {names.BC: f"{RESULTS}/bc/policy.pt"} | {
-    run.name: f"{run.dir(RESULTS)}/policy.pt" for run in RL_RUNS
-}
+
+
+def checkpoint_path(variant, policy):
+    """The checkpoint of a learned policy (the expert is code and config only)."""
+    run = names.RLRun.parse(policy)
+    return f"{rl_run_dir(variant, run)}/policy.pt" if run else clone_path(variant)
 
 
 rule evaluate:
@@ -13,21 +14,21 @@ rule evaluate:
         unpack(
             lambda wc: (
                 {
-                    "checkpoint": CHECKPOINTS[wc.policy],
-                    "demos": f"{RESULTS}/demos/demos.h5",
+                    "checkpoint": checkpoint_path(V(wc), wc.policy),
+                    "demos": demos_path(V(wc)),
                 }
                 if wc.policy != names.EXPERT
                 else {}
             )
         ),
     output:
-        f"{RESULTS}/eval/{{policy}}.json",
+        "{root}/eval/{policy}.json",
     log:
-        f"{RESULTS}/logs/evaluate/{{policy}}.log",
+        "{root}/logs/evaluate/{policy}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/evaluate/{{policy}}.tsv"
+        "{root}/benchmarks/evaluate/{policy}.tsv"
     wildcard_constraints:
-        policy=names.policy_pattern(INITS),
+        policy=names.policy_pattern(ALL_INITS),
     conda:
         "../envs/report.yaml"
     threads: 1
@@ -35,15 +36,15 @@ rule evaluate:
         mem_mb=2000,
         runtime=30,
         # envs stepped together: speed only
-        envs=EVALUATE.n_envs,
+        envs=of_variant(lambda v: v.evaluate.n_envs),
         # the time limit on each env or expert call (task.timeout_s): robustness only
-        timeout_ms=TIMEOUT_MS,
+        timeout_ms=of_variant(lambda v: v.timeout_ms),
     params:
         tracking=TRACKING,
         # the expert is the task's; a learned policy's network comes from its checkpoint
-        task=lambda wc: TASK if wc.policy == names.EXPERT else ENV,
-        episodes=EVALUATE.episodes,
-        seed=config["seed"],
+        task=lambda wc: V(wc).task if wc.policy == names.EXPERT else V(wc).env,
+        episodes=of_variant(lambda v: v.evaluate.episodes),
+        seed=of_variant(lambda v: v.config["seed"]),
         code=code("evaluate", task=True),
     script:
         "../scripts/evaluate.py"

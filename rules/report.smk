@@ -1,24 +1,41 @@
 # The comparison across policies and seeds, its figures, and what `snakemake --report` shows.
 # The numbers (summarize) and each figure (plot_*) are separate rules, so an edit to plotting
 # code redraws figures and recomputes nothing.
-REPORT = f"{RESULTS}/report"
-RACING = config["task"]["env_id"].rpartition(":")[2] == "Racing-v0"
+REPORT = "{root}/report"
+"""A variant's report directory, with the root wildcard (a variant's results)."""
 SUMMARY_FIGURES = {
-    "curves_png": f"{REPORT}/plots/learning_curves.png",
-    "returns_png": f"{REPORT}/plots/final_returns.png",
+    "curves_png": "plots/learning_curves.png",
+    "returns_png": "plots/final_returns.png",
 }
 RACING_FIGURES = {
-    "track_png": f"{REPORT}/plots/track_lines.png",
-    "lap_gif": f"{REPORT}/plots/best_lap.gif",
+    "track_png": "plots/track_lines.png",
+    "lap_gif": "plots/best_lap.gif",
 }
-# what rule all builds
-REPORT_TARGETS = [
-    f"{REPORT}/summary.md",
-    f"{REPORT}/summary.json",
-    f"{RESULTS}/bc/loss.png",
-    *SUMMARY_FIGURES.values(),
-    *(RACING_FIGURES.values() if RACING else ()),
-]
+"""The figures of a variant's report, under its report directory."""
+VARIANTS_REPORT = f"{RESULTS}/report"
+"""Where the comparison across variants goes: the experiment's report directory."""
+
+
+def report_targets(variant):
+    """What rule all builds of a variant's report (the clone's loss plot is its clone's)."""
+    reports = f"{variant.root}/report"
+    figures = {**SUMMARY_FIGURES, **(RACING_FIGURES if variant.racing else {})}
+    return [
+        f"{reports}/summary.md",
+        f"{reports}/summary.json",
+        f"{owner_root(variant, 'clone')}/bc/loss.png",
+        *(f"{reports}/{path}" for path in figures.values()),
+    ]
+
+
+# what rule all builds: every variant's report, and the comparison of the variants
+REPORT_TARGETS = [path for v in VARIANTS.values() for path in report_targets(v)]
+if len(VARIANTS) > 1:
+    REPORT_TARGETS += [
+        f"{VARIANTS_REPORT}/variants.md",
+        f"{VARIANTS_REPORT}/variants.json",
+        f"{VARIANTS_REPORT}/plots/variants.png",
+    ]
 
 
 report: "../report/workflow.rst"
@@ -26,8 +43,8 @@ report: "../report/workflow.rst"
 
 rule summarize:
     input:
-        evaluations=expand(f"{RESULTS}/eval/{{policy}}.json", policy=EVAL_POLICIES),
-        curves=[f"{run.dir(RESULTS)}/evaluations.csv" for run in RL_RUNS],
+        evaluations=lambda wc: [evaluation_path(V(wc), p) for p in V(wc).policies],
+        curves=lambda wc: [f"{rl_run_dir(V(wc), run)}/evaluations.csv" for run in V(wc).runs],
     output:
         summary_json=f"{REPORT}/summary.json",
         summary_md=f"{REPORT}/summary.md",
@@ -46,9 +63,9 @@ rule summarize:
         runs=f"{REPORT}/runs.csv",
         episodes=f"{REPORT}/episodes.csv",
     log:
-        f"{RESULTS}/logs/summarize.log",
+        "{root}/logs/summarize.log",
     benchmark:
-        f"{RESULTS}/benchmarks/summarize.tsv"
+        "{root}/benchmarks/summarize.tsv"
     conda:
         "../envs/report.yaml"
     threads: 1
@@ -57,16 +74,17 @@ rule summarize:
         runtime=15,
     params:
         tracking=TRACKING,
-        bootstrap_reps=EVALUATE.bootstrap_reps,
-        confidence=EVALUATE.confidence,
-        seed=config["seed"],
+        variant=of_variant(lambda v: v.name),
+        bootstrap_reps=of_variant(lambda v: v.evaluate.bootstrap_reps),
+        confidence=of_variant(lambda v: v.evaluate.confidence),
+        seed=of_variant(lambda v: v.config["seed"]),
         # the RL learning curves were evaluated on this many of the held-out tracks
-        curve_tracks=EVALUATE.during_training,
+        curve_tracks=of_variant(lambda v: v.evaluate.during_training),
         # the RL run of each of the curves, in their order
-        curve_runs=[run.name for run in RL_RUNS],
-        arm_looks=ARM_LOOKS,
+        curve_runs=of_variant(lambda v: [run.name for run in v.runs]),
+        arm_looks=of_variant(lambda v: v.arm_looks),
         # summary.md links to the figures
-        figures=SUMMARY_FIGURES,
+        figures=lambda wc: {k: f"{wc.root}/report/{p}" for k, p in SUMMARY_FIGURES.items()},
         code=code("summarize"),
     script:
         "../scripts/summarize.py"
@@ -77,19 +95,19 @@ rule plot_summary:
         f"{REPORT}/summary.json",
     output:
         curves_png=report(
-            SUMMARY_FIGURES["curves_png"],
+            f"{REPORT}/{SUMMARY_FIGURES['curves_png']}",
             caption="../report/learning_curves.rst",
             category="Evaluation",
             labels={"figure": "learning curves"},
         ),
         returns_png=report(
-            SUMMARY_FIGURES["returns_png"],
+            f"{REPORT}/{SUMMARY_FIGURES['returns_png']}",
             caption="../report/final_returns.rst",
             category="Evaluation",
             labels={"figure": "final returns"},
         ),
     log:
-        f"{RESULTS}/logs/plot_summary.log",
+        "{root}/logs/plot_summary.log",
     conda:
         "../envs/report.yaml"
     threads: 1
@@ -98,7 +116,7 @@ rule plot_summary:
         runtime=5,
     params:
         tracking=TRACKING,
-        arm_looks=ARM_LOOKS,
+        arm_looks=of_variant(lambda v: v.arm_looks),
         code=code("plot_summary"),
     script:
         "../scripts/plot_summary.py"
@@ -106,22 +124,22 @@ rule plot_summary:
 
 rule plot_racing:
     input:
-        evaluations=expand(f"{RESULTS}/eval/{{policy}}.json", policy=EVAL_POLICIES),
+        evaluations=lambda wc: [evaluation_path(V(wc), p) for p in V(wc).policies],
     output:
         track_png=report(
-            RACING_FIGURES["track_png"],
+            f"{REPORT}/{RACING_FIGURES['track_png']}",
             caption="../report/track_lines.rst",
             category="Racing",
             labels={"figure": "track lines"},
         ),
         lap_gif=report(
-            RACING_FIGURES["lap_gif"],
+            f"{REPORT}/{RACING_FIGURES['lap_gif']}",
             caption="../report/best_lap.rst",
             category="Racing",
             labels={"figure": "best lap"},
         ),
     log:
-        f"{RESULTS}/logs/plot_racing.log",
+        "{root}/logs/plot_racing.log",
     conda:
         "../envs/report.yaml"
     threads: 1
@@ -130,7 +148,74 @@ rule plot_racing:
         runtime=10,
     params:
         tracking=TRACKING,
-        arm_looks=ARM_LOOKS,
+        arm_looks=of_variant(lambda v: v.arm_looks),
         code=code("plot_racing", task=True),
     script:
         "../scripts/plot_racing.py"
+
+
+# the comparison across variants (when the config declares any): numbers, then the figure
+rule compare_variants:
+    input:
+        summaries=[f"{v.root}/report/summary.json" for v in VARIANTS.values()],
+        episodes=[f"{v.root}/report/episodes.csv" for v in VARIANTS.values()],
+        progress=[
+            f"{rl_run_dir(v, run)}/progress.csv" for v in VARIANTS.values() for run in v.runs
+        ],
+    output:
+        variants_json=f"{VARIANTS_REPORT}/variants.json",
+        variants_md=f"{VARIANTS_REPORT}/variants.md",
+    log:
+        f"{RESULTS}/logs/compare_variants.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/compare_variants.tsv"
+    conda:
+        "../envs/report.yaml"
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=15,
+    params:
+        tracking=TRACKING,
+        # the variants in order (the base first) and what each overrides, as declared
+        variants=list(VARIANTS),
+        overrides={
+            name: overrides
+            for name, overrides in variants.declared(config["variants"]).items()
+        },
+        # each variant's RL runs, in the order of the progress inputs
+        runs={name: [run.name for run in v.runs] for name, v in VARIANTS.items()},
+        bootstrap_reps=BASE.evaluate.bootstrap_reps,
+        confidence=BASE.evaluate.confidence,
+        seed=config["seed"],
+        arm_looks={arm: look for v in VARIANTS.values() for arm, look in v.arm_looks.items()},
+        figure=f"{VARIANTS_REPORT}/plots/variants.png",
+        code=code("compare_variants"),
+    script:
+        "../scripts/compare_variants.py"
+
+
+rule plot_variants:
+    input:
+        f"{VARIANTS_REPORT}/variants.json",
+    output:
+        report(
+            f"{VARIANTS_REPORT}/plots/variants.png",
+            caption="../report/variants.rst",
+            category="Variants",
+            labels={"figure": "IQM per arm and variant"},
+        ),
+    log:
+        f"{RESULTS}/logs/plot_variants.log",
+    conda:
+        "../envs/report.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=5,
+    params:
+        tracking=TRACKING,
+        arm_looks={arm: look for v in VARIANTS.values() for arm, look in v.arm_looks.items()},
+        code=code("plot_variants"),
+    script:
+        "../scripts/plot_variants.py"

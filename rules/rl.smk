@@ -6,9 +6,9 @@ rule train_rl:
         progress=f"{RL_DIR}/progress.csv",
         evaluations=f"{RL_DIR}/evaluations.csv",
     log:
-        f"{RESULTS}/logs/train_rl/{names.RL_LOG}.log",
+        f"{{root}}/logs/train_rl/{names.RL_LOG}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/train_rl/{names.RL_LOG}.tsv"
+        f"{{root}}/benchmarks/train_rl/{names.RL_LOG}.tsv"
     conda:
         "../envs/train.yaml"
     # worker processes of rl.vec_env: subproc (speed only)
@@ -16,23 +16,23 @@ rule train_rl:
     resources:
         mem_mb=4000,
         runtime=240,
-        gpu=gpus(config["rl"]["device"]),
+        gpu=of_variant(lambda v: gpus(v.config["rl"]["device"])),
         # speed and robustness only: envs stepped together in the held-out evaluations, env
         # steps between resumable checkpoints, the time limit on each env call (task.timeout_s)
-        eval_envs=EVALUATE.n_envs,
-        checkpoint_every=config["rl"]["checkpoint_every"],
-        timeout_ms=TIMEOUT_MS,
+        eval_envs=of_variant(lambda v: v.evaluate.n_envs),
+        checkpoint_every=of_variant(lambda v: v.config["rl"]["checkpoint_every"]),
+        timeout_ms=of_variant(lambda v: v.timeout_ms),
     params:
         tracking=TRACKING,
-        task=ENV,
-        policy=config["policy"],
+        task=of_variant(lambda v: v.env),
+        policy=of_variant(lambda v: v.config["policy"]),
         rl=rl_params,
-        eval_episodes=EVALUATE.during_training,
-        seed=config["seed"],
-        clip_obs=config["bc"]["clip_obs"],
+        eval_episodes=of_variant(lambda v: v.evaluate.during_training),
+        seed=of_variant(lambda v: v.config["seed"]),
+        clip_obs=of_variant(lambda v: v.config["bc"]["clip_obs"]),
         # resumable state lives beside the outputs, not as one: Snakemake must not delete it;
         # it records the run's key, and a run resumes only its own state
-        state_dir=lambda wc: f"{names.RLRun(wc.init, int(wc.seed)).dir(RESULTS)}/state",
+        state_dir=lambda wc: f"{names.RLRun(wc.init, int(wc.seed)).dir(wc.root)}/state",
         code=code("train_rl", task=True),
     script:
         "../scripts/train_rl.py"

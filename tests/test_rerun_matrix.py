@@ -25,7 +25,7 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,8 @@ import yaml
 from conftest import REPO, TEST_CONFIG, checked, run_call, snakemake, snakemake_call
 from snakemake.utils import validate
 from warm_snakemake import Call, warm_pool
+
+from demo2rl import names, variants
 
 pytestmark = pytest.mark.integration
 SCHEMA = REPO / "config" / "schema.yaml"
@@ -52,6 +54,8 @@ RULES = (
     "summarize",
     "plot_summary",
     "plot_racing",
+    "compare_variants",
+    "plot_variants",
 )
 TASK = ["collect_shard", "merge_demos", "train_bc", "train_rl", "evaluate", "plot_racing"]
 """Rules that step the task's env (merge_demos through demo2rl.collect)."""
@@ -131,6 +135,10 @@ SPECIAL_VALUES: dict[str, Any] = {
     "rl.vec_env": "dummy",  # (native is what auto picks for Racing-v0: the same run)
     "task.max_episode_steps": 100,  # shorter than the test task's own 150-step episodes
     "task.timeout_s": 0.5,  # a fraction of a second: the limit is a resource (milliseconds)
+    # a variant more (a grid of one): its own report, everything else the base's
+    "variants.grid": {"evaluate.confidence": [0.9]},
+    # (with n: 0, none drawn: nothing reruns)
+    "variants.sample.ranges": {"evaluate.confidence": {"values": [0.9]}},
 }
 """Changed values where the schema's type alone does not give a valid one."""
 
@@ -243,17 +251,24 @@ def dry_run_jobs(text: str) -> dict[str, dict[str, Any]]:
     return out
 
 
-def expected(dag: Mapping[str, dict], readers: list[str], base: set[str]) -> set[str]:
-    """Outputs the declaration says must be remade: the readers' jobs, new jobs, and all that
-    lies downstream of them in ``dag`` (the changed workflow's jobs)."""
+def expected(
+    dag: Mapping[str, dict], readers: list[str], base: set[str], keep: Iterable[str] = ()
+) -> set[str]:
+    """Outputs the declaration says must be remade: the readers' jobs (but those writing to the
+    results directories ``keep``: the variants that set the key themselves), new jobs, and all
+    that lies downstream of them in ``dag`` (the changed workflow's jobs)."""
     selectors = [parse_selector(s) for s in readers]
+    keep = set(keep)
     todo = [
         out
         for out, job in dag.items()
         if out not in base
-        or any(
-            job["rule"] == rule and all(job["wildcards"].get(k) == v for k, v in want.items())
-            for rule, want in selectors
+        or (
+            job["wildcards"].get("root") not in keep
+            and any(
+                job["rule"] == rule and all(job["wildcards"].get(k) == v for k, v in want.items())
+                for rule, want in selectors
+            )
         )
     ]
     consumers: dict[str, list[str]] = {}
@@ -276,7 +291,12 @@ def rules_of(dag: Mapping[str, dict], outputs: set[str], base: set[str]) -> str:
     per_rule: dict[str, set[str]] = {}
     totals: dict[str, set[str]] = {}
     for out, job in dag.items():
-        name = " ".join(f"{k}={v}" for k, v in job["wildcards"].items()) or job["rule"]
+        wildcards = dict(job["wildcards"])
+        root = wildcards.pop("root", None)
+        variant = names.variant_of(root) if root else names.BASE_VARIANT
+        if variant != names.BASE_VARIANT:
+            wildcards = {"variant": variant, **wildcards}
+        name = " ".join(f"{k}={v}" for k, v in wildcards.items()) or job["rule"]
         name = name if out in base else "added"
         totals.setdefault(job["rule"], set()).add(name)
         if out in outputs:
@@ -299,6 +319,36 @@ def effective_config() -> dict[str, Any]:
     config = yaml.safe_load(TEST_CONFIG.read_text())
     validate(config, str(SCHEMA))
     return config
+
+
+def variant_keys(config: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
+    """``variants.<name>.<key>`` -> (variant, config key) for every key a named variant of
+    ``config`` sets."""
+    named = {k: v for k, v in config["variants"].items() if k not in variants.SHORTHANDS}
+    return {
+        f"variants.{name}.{key}": (name, key)
+        for name, overrides in named.items()
+        for key in variants.flatten(overrides, KEYS)
+    }
+
+
+def overriding(config: Mapping[str, Any], key: str) -> list[str]:
+    """The results directories of the named variants of ``config`` that set ``key``."""
+    results = f"results/{config['experiment']}"
+    return [
+        names.variant_root(results, name) for name, k in variant_keys(config).values() if k == key
+    ]
+
+
+SPECIAL_CONFIGS: dict[str, Any] = {
+    # a sample of one (ranges to draw from): a variant more, whose own job is its report
+    "variants.sample.n": lambda c: with_value(
+        with_value(c, "variants.sample.n", 1),
+        "variants.sample.ranges",
+        {"evaluate.confidence": {"values": [0.9]}},
+    ),
+}
+"""Changed configs where a key's new value needs another key changed with it."""
 
 
 def changed_value(key: str, value: Any, spec: Mapping[str, Any]) -> Any:
@@ -346,15 +396,34 @@ def matrix(test_workflow: Path, tmp_path_factory) -> dict[str, dict[str, str]]:
     base_config = root / "base.yaml"
     base_config.write_text(yaml.safe_dump(effective_config()))
 
-    cases = []  # (kind, name, config path, env, readers)
+    cases = []  # (kind, name, config path, env, readers, results directories not to rerun)
     config = effective_config()
     for key, spec in KEYS.items():
         value = config
         for part in key.split("."):
             value = value[part]
         path = root / f"key-{key}.yaml"
-        path.write_text(yaml.safe_dump(with_value(config, key, changed_value(key, value, spec))))
-        cases.append(("keys", key, path, env, spec["x-read-by"]))
+        if key in SPECIAL_CONFIGS:
+            changed = SPECIAL_CONFIGS[key](config)
+        else:
+            changed = with_value(config, key, changed_value(key, value, spec))
+        path.write_text(yaml.safe_dump(changed))
+        cases.append(("keys", key, path, env, spec["x-read-by"], overriding(config, key)))
+    # a variant's own value: its readers in its own results directory only
+    results = f"results/{config['experiment']}"
+    for case_key, (name, key) in variant_keys(config).items():
+        value = config["variants"][name]
+        for part in key.split("."):
+            value = value[part]
+        path = root / f"key-{case_key}.yaml"
+        new = changed_value(key, value, KEYS[key])
+        path.write_text(yaml.safe_dump(with_value(config, case_key, new)))
+        own = {"root": names.variant_root(results, name)}
+        readers = [parse_selector(s) for s in KEYS[key]["x-read-by"]]
+        selectors = [
+            f"{r}[{','.join(f'{k}={v}' for k, v in (w | own).items())}]" for r, w in readers
+        ]
+        cases.append(("keys", case_key, path, env, selectors, []))
     for module in library_modules():
         src = root / f"src-{module}"
         shutil.copytree(SRC.parent, src, ignore=shutil.ignore_patterns("__pycache__", "*.egg*"))
@@ -364,7 +433,7 @@ def matrix(test_workflow: Path, tmp_path_factory) -> dict[str, dict[str, str]]:
         with open(target, "a") as fh:  # a statement: changes the syntax tree, so the fingerprint
             fh.write("\n_rerun_matrix_probe = 1\n")
         case_env = {"PYTHONPATH": f"{src}{os.pathsep}{TESTS}"}
-        cases.append(("modules", module, base_config, case_env, MODULES.get(module, [])))
+        cases.append(("modules", module, base_config, case_env, MODULES.get(module, []), []))
 
     with warm_pool() as pool:
         base_jobs_out, base_plan_out, *plan_outs = warm_snakemake.run_all(
@@ -372,7 +441,7 @@ def matrix(test_workflow: Path, tmp_path_factory) -> dict[str, dict[str, str]]:
             [
                 jobs_call(test_workflow, base_config, env),
                 plan_call(test_workflow, base_config, env),
-                *(plan_call(test_workflow, path, case_env) for _, _, path, case_env, _ in cases),
+                *(plan_call(test_workflow, path, case_env) for _, _, path, case_env, *_ in cases),
             ],
         )
         base_dag, base_rows = parse_jobs(base_jobs_out), parse_plan(base_plan_out)
@@ -389,9 +458,9 @@ def matrix(test_workflow: Path, tmp_path_factory) -> dict[str, dict[str, str]]:
         dags |= {i: parse_jobs(proc) for i, proc in zip(new_jobs, procs, strict=True)}
 
     found: dict[str, dict[str, Case]] = {"keys": {}, "modules": {}}
-    for i, (kind, name, _, _, readers) in enumerate(cases):
+    for i, (kind, name, _, _, readers, keep) in enumerate(cases):
         dag = dags[i]
-        want = expected(dag, readers, base)
+        want = expected(dag, readers, base, keep)
         got = {out for out, row in plans[i].items() if row["pending"]}
         described = rules_of(dag, want, base), rules_of(dag, got, base)
         found[kind][name] = Case(*described, sorted(want - got), sorted(got - want))

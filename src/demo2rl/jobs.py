@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from demo2rl import provenance, tracking
+from demo2rl import names, provenance, tracking
 from demo2rl.config import TaskConfig, TrackingConfig
 
 log = logging.getLogger("demo2rl")
@@ -49,8 +49,9 @@ def job(smk: Any, *, stage: str, run_name: str) -> Iterator[tracking.Run | track
     """Run a rule's work with logging and a tracked MLflow child run.
 
     The run's params are the rule's ``params`` (its config slice) except ``tracking``, which says
-    whether and how the job tracks; its tags name the stage, the rule, the wildcards and the runs
-    that produced the inputs. With ``tracking.enabled`` off the job gets an
+    whether and how the job tracks; its tags name the stage, the rule, the wildcards, the variant
+    (``demo2rl.variant``: ``base`` or the variant whose results the job writes) and the runs that
+    produced the inputs. With ``tracking.enabled`` off the job gets an
     :class:`~demo2rl.tracking.Untracked` run and never imports MLflow. An exception is logged to
     the rule's log before it propagates.
     """
@@ -77,6 +78,8 @@ def job(smk: Any, *, stage: str, run_name: str) -> Iterator[tracking.Run | track
         run_context = tracking.untracked_run(list(smk.output))
     try:
         with run_context as run:
+            # the variant of the config the job ran for (the results directory it writes to)
+            run.set_tags({"demo2rl.variant": names.variant_of(wildcards.get("root", ""))})
             yield run
             run.log_metrics({"job_seconds": time.perf_counter() - start})
     except BaseException:

@@ -82,3 +82,21 @@ def policy_names(arms: Iterable[str], seeds: Iterable[int]) -> list[str]:
 def policy_pattern(arms: Iterable[str]) -> str:
     """A regular expression matching exactly the policy names of these arms (any seed)."""
     return rf"{EXPERT}|{BC}|rl-({'|'.join(arms)})-seed\d+"
+
+
+BASE_VARIANT = "base"
+"""The base config's name as a variant (its results are the experiment's own)."""
+VARIANTS_DIR = "variants"
+"""Where a variant's results live under the experiment's: ``variants/<name>``."""
+
+
+def variant_root(results: str, variant: str) -> str:
+    """The results directory of a variant: the experiment's own for the base config,
+    ``<results>/variants/<name>`` for any other."""
+    return results if variant == BASE_VARIANT else f"{results}/{VARIANTS_DIR}/{variant}"
+
+
+def variant_of(root: str) -> str:
+    """The variant whose results directory is ``root`` (the inverse of :func:`variant_root`)."""
+    parent, _, name = root.rstrip("/").rpartition("/")
+    return name if parent.endswith(f"/{VARIANTS_DIR}") else BASE_VARIANT

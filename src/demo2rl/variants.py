@@ -1,0 +1,304 @@
+"""Config variants: named overrides of the base config, run beside it in one invocation, and
+which of their jobs each shares with a variant before it.
+
+The ``variants`` section of a config declares them three ways, each a set of overrides that is
+deep-merged into the base config (a mapping merges into a mapping, anything else replaces):
+
+* named: ``lr-high: {rl: {ppo: {learning_rate: 0.003}}}``;
+* ``grid``: dotted keys with lists of values, one variant per combination, named after its
+  values (``learning_rate-0.003_n_envs-32``);
+* ``sample``: ``n`` variants drawn from declared ranges with their own ``seed``: the same
+  config gives the same variants, on every machine.
+
+The base config runs as variant :data:`BASE`. A variant's job reruns on exactly what Snakemake
+compares (its params), and what a job reads is declared per config key in config/schema.yaml
+(``x-read-by``, checked against Snakemake's plan by tests/test_rerun_matrix.py). So a job of a
+variant whose config agrees with an earlier variant's (the base first) on every key that job and
+the jobs upstream of it read would compute the same bytes: it is that variant's job, not a new one
+(:class:`Sharing`). A variant of ``rl.*`` therefore reuses the base's demonstrations and clone.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import itertools
+import json
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from demo2rl.config import ConfigError
+from demo2rl.names import BASE_VARIANT
+
+BASE = BASE_VARIANT
+"""The name of the base config as a variant."""
+SHORTHANDS = ("grid", "sample")
+"""Keys of the ``variants`` section that are not variant names."""
+FIXED = ("experiment", "variants", "tracking")
+"""Top-level keys a variant cannot override: they belong to the whole invocation."""
+SAMPLE_DIGITS = 3
+"""Significant digits of a sampled float: readable in names and tables, the same everywhere."""
+
+
+# --------------------------------------------------------------------------------------------
+# declaring variants
+
+
+def declared(section: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every variant the ``variants`` section declares, by name, as nested overrides: the named
+    ones (sorted by name, so that their order in a file never counts), then the grid's, then the
+    sample's. A name declared twice is a :class:`~demo2rl.config.ConfigError`."""
+    out: dict[str, dict[str, Any]] = {}
+    named = {k: v for k, v in section.items() if k not in SHORTHANDS}
+    generated = [
+        *((name, copy.deepcopy(named[name])) for name in sorted(named)),
+        *grid(section.get("grid") or {}).items(),
+        *sample(section.get("sample") or {}).items(),
+    ]
+    for name, overrides in generated:
+        if name == BASE or name in out:
+            raise ConfigError(f"variants.{name}", "declared twice (or named like the base)")
+        out[name] = overrides
+    return out
+
+
+def grid(spec: Mapping[str, list[Any]]) -> dict[str, dict[str, Any]]:
+    """One variant per combination of the values of ``spec``'s dotted keys (sorted keys; each
+    key's values in their order), named ``<key>-<value>`` joined by ``_`` (the key's last part,
+    or more of it where two keys end alike). Names keep to the characters an experiment name
+    may have, which MLflow takes in metric keys too (Snakemake's ``Paramspace`` uses ``~``,
+    which it does not)."""
+    keys = sorted(spec)
+    short = short_names(keys)
+    out: dict[str, dict[str, Any]] = {}
+    if not keys:
+        return out
+    for values in itertools.product(*(spec[k] for k in keys)):
+        name = "_".join(f"{short[k]}-{value_text(v)}" for k, v in zip(keys, values, strict=True))
+        out[name] = nest(dict(zip(keys, values, strict=True)))
+    return out
+
+
+def sample(spec: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """``spec["n"]`` variants ``sample-<i>``, each key of ``spec["ranges"]`` drawn (in sorted
+    key order) from numpy's PCG64 stream of ``spec["seed"]``:
+
+    * ``{values: [...]}``: one of the values, uniformly;
+    * ``{low, high}`` integers: an integer in [low, high], uniformly;
+    * ``{low, high}`` with a float, ``log: false``: a float in [low, high), uniformly; with
+      ``log: true``: log-uniformly (learning rates). Floats keep :data:`SAMPLE_DIGITS`
+      significant digits.
+    """
+    n, ranges = spec.get("n", 0), spec.get("ranges") or {}
+    if n and not ranges:
+        raise ConfigError("variants.sample.ranges", f"empty: nothing to draw for n={n} variants")
+    rng = np.random.default_rng(spec.get("seed", 0))
+    out = {}
+    for i in range(n):
+        values = {key: _draw(rng, key, ranges[key]) for key in sorted(ranges)}
+        out[f"sample-{i}"] = nest(values)
+    return out
+
+
+def _draw(rng: np.random.Generator, key: str, spec: Mapping[str, Any]) -> Any:
+    if "values" in spec:
+        return copy.deepcopy(spec["values"][int(rng.integers(len(spec["values"])))])
+    low, high = spec["low"], spec["high"]
+    if not low < high:
+        raise ConfigError(f"variants.sample.ranges.{key}", f"low {low} is not below high {high}")
+    if isinstance(low, int) and isinstance(high, int) and not spec.get("log"):
+        return int(rng.integers(low, high, endpoint=True))
+    if spec.get("log"):
+        if low <= 0:
+            raise ConfigError(f"variants.sample.ranges.{key}", f"log: true needs low > 0: {low}")
+        value = math.exp(rng.uniform(math.log(low), math.log(high)))
+    else:
+        value = rng.uniform(low, high)
+    return float(f"{value:.{SAMPLE_DIGITS}g}")
+
+
+def short_names(keys: Iterable[str]) -> dict[str, str]:
+    """Each dotted key's shortest tail of parts that no other key shares."""
+    keys = list(keys)
+    out = {}
+    for key in keys:
+        parts = key.split(".")
+        for n in range(1, len(parts) + 1):
+            tail = ".".join(parts[-n:])
+            if not any(o != key and (o == tail or o.endswith(f".{tail}")) for o in keys):
+                break
+        out[key] = tail
+    return out
+
+
+def value_text(value: Any) -> str:
+    """A value as it appears in a variant's name: its JSON text, ``+`` dropped (``1e+20`` ->
+    ``1e20``), runs of other characters than letters, digits, ``.``, ``_`` and ``-`` made one
+    ``-`` (``[64, 64]`` -> ``64-64``)."""
+    text = (value if isinstance(value, str) else json.dumps(value)).replace("+", "")
+    parts = re.split(r"[^A-Za-z0-9._-]+", text)
+    return "-".join(p for p in parts if p) or "none"
+
+
+def nest(dotted: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"rl.ppo.learning_rate": x}`` -> ``{"rl": {"ppo": {"learning_rate": x}}}``."""
+    out: dict[str, Any] = {}
+    for key, value in dotted.items():
+        *parents, last = key.split(".")
+        node = out
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = copy.deepcopy(value)
+    return out
+
+
+def merge(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``overrides`` deep-merged in: a mapping merges into a mapping, any other
+    value (a list too) replaces what was there."""
+    out = copy.deepcopy(dict(base))
+    for key, value in overrides.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def check_overrides(name: str, overrides: Any, leaves: Mapping[str, Any]) -> None:
+    """Refuse overrides that name no config key, or a key of the whole invocation
+    (:data:`FIXED`), with a :class:`~demo2rl.config.ConfigError` naming the variant's key."""
+    if not isinstance(overrides, Mapping) or not overrides:
+        raise ConfigError(f"variants.{name}", f"expected a mapping of overrides, got {overrides!r}")
+    for key in flatten(overrides, leaves):
+        top = key.split(".")[0]
+        if top in FIXED:
+            raise ConfigError(
+                f"variants.{name}.{key}", f"{top!r} belongs to the whole invocation, not a variant"
+            )
+        if key not in leaves:
+            raise ConfigError(f"variants.{name}.{key}", "unknown config key")
+
+
+def flatten(overrides: Mapping[str, Any], leaves: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """The dotted config keys ``overrides`` set: down to the schema's leaf keys (a leaf that is a
+    mapping, such as ``task.env_kwargs``, is one key), or to where the schema has no such key."""
+    keys = []
+    for name, value in overrides.items():
+        key = f"{prefix}{name}"
+        if key not in leaves and isinstance(value, Mapping) and value:
+            keys += flatten(value, leaves, f"{key}.")
+        else:
+            keys.append(key)
+    return keys
+
+
+# --------------------------------------------------------------------------------------------
+# which jobs a variant shares
+
+
+def selector(text: str) -> tuple[str, dict[str, str]]:
+    """An ``x-read-by`` entry ``rule`` or ``rule[wildcard=value,...]`` -> (rule, {k: v})."""
+    match = re.fullmatch(r"(\w+)(?:\[(.*)\])?", text)
+    if not match:
+        raise ValueError(f"bad x-read-by selector {text!r}")
+    pairs = [p.split("=", 1) for p in (match[2] or "").split(",") if p]
+    return match[1], {k.strip(): v.strip() for k, v in pairs}
+
+
+def schema_leaves(node: Mapping[str, Any], prefix: str = "") -> dict[str, dict[str, Any]]:
+    """Dotted key -> schema entry of every leaf key of the config schema."""
+    out = {}
+    for name, sub in node.get("properties", {}).items():
+        if "properties" in sub:
+            out |= schema_leaves(sub, f"{prefix}{name}.")
+        else:
+            out[f"{prefix}{name}"] = sub
+    return out
+
+
+class Sharing:
+    """Which variant's job each job of a variant is.
+
+    A job's identity is what it reads, upstream jobs included: for every config key a job of
+    that kind reads (``x-read-by`` in the schema), the variant's value. A variant's job is the job
+    of the first variant (in ``configs``' order, the base first) with the same identity; with
+    ``configs`` built from the same config, the same answer on every machine.
+
+    :param configs: each variant's full config, the base first.
+    :param leaves: the schema's leaf keys (:func:`schema_leaves`), each with its ``x-read-by``.
+    :param needs_clone: whether an RL arm starts from (or is guided by) the behaviour clone.
+    """
+
+    def __init__(
+        self,
+        configs: Mapping[str, Mapping[str, Any]],
+        leaves: Mapping[str, Mapping[str, Any]],
+        needs_clone: Callable[[str], bool],
+    ) -> None:
+        self.configs = dict(configs)
+        self._readers = {
+            key: [selector(s) for s in spec.get("x-read-by", [])] for key, spec in leaves.items()
+        }
+        self._needs_clone = needs_clone
+        self._owners: dict[tuple[str, ...], str] = {}
+
+    @functools.cache  # noqa: B019  (one Sharing per workflow: it lives as long as the cache)
+    def reads(self, rule: str, **wildcards: str) -> list[str]:
+        """The config keys a job of ``rule`` with ``wildcards`` reads."""
+        return [
+            key
+            for key, readers in self._readers.items()
+            if any(
+                r == rule and all(wildcards.get(k) == v for k, v in want.items())
+                for r, want in readers
+            )
+        ]
+
+    def _values(self, variant: str, rule: str, **wildcards: str) -> str:
+        config = self.configs[variant]
+        values = {}
+        for key in self.reads(rule, **wildcards):
+            node: Any = config
+            for part in key.split("."):
+                node = node.get(part) if isinstance(node, Mapping) else None
+            values[key] = node
+        return json.dumps(values, sort_keys=True)
+
+    def _identity(self, variant: str, job: tuple[str, ...]) -> tuple[str, ...]:
+        kind, *args = job
+        if kind == "demos":
+            return (
+                self._values(variant, "collect_shard"),
+                self._values(variant, "merge_demos"),
+            )
+        if kind == "clone":
+            return (*self._identity(variant, ("demos",)), self._values(variant, "train_bc"))
+        if kind == "rl":
+            init, seed = args
+            upstream = ("clone",) if self._needs_clone(init) else ("demos",)
+            return (
+                *self._identity(variant, upstream),
+                self._values(variant, "train_rl", init=init, seed=seed),
+            )
+        if kind == "evaluation":
+            (policy, producer) = args
+            upstream = self._identity(variant, tuple(producer.split(":"))) if producer else ()
+            return (*upstream, self._values(variant, "evaluate", policy=policy))
+        raise ValueError(f"unknown job kind {kind!r}")
+
+    def owner(self, variant: str, *job: str) -> str:
+        """The variant whose job ``job`` of ``variant`` is: ``("demos",)``, ``("clone",)``,
+        ``("rl", init, seed)`` or ``("evaluation", policy, producer)`` where ``producer`` is the
+        policy's job as ``kind:arg:...`` (``clone``, ``rl:bc:0``; empty for the expert)."""
+        if (variant, *job) not in self._owners:
+            identity = self._identity(variant, job)
+            self._owners[(variant, *job)] = next(
+                name
+                for name in self.configs
+                if name == variant or self._identity(name, job) == identity
+            )
+        return self._owners[(variant, *job)]

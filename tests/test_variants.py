@@ -1,0 +1,184 @@
+"""Config variants: how the `variants` section declares them, and which jobs each shares.
+
+The unit tests call demo2rl.variants; the workflow tests run the real workflow on a copy of the
+session's finished run of the test config (which declares one variant).
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO, snakemake
+
+from demo2rl import arms, config, variants
+from demo2rl.config import ConfigError
+
+SCHEMA = yaml.safe_load((REPO / "config" / "schema.yaml").read_text())
+LEAVES = variants.schema_leaves(SCHEMA)
+BASE = config.load(REPO / "config" / "test.yaml")
+
+
+def test_named_variants_are_sorted_and_grid_and_sample_follow():
+    section = {
+        "zeta": {"rl": {"n_envs": 4}},
+        "alpha": {"bc": {"learning_rate": 0.01}},
+        "grid": {"rl.ppo.learning_rate": [0.001, 0.003], "bc.learning_rate": [0.01]},
+        "sample": {"n": 2, "seed": 3, "ranges": {"rl.n_envs": {"values": [4, 8, 16]}}},
+    }
+    got = variants.declared(section)
+    assert list(got) == [
+        "alpha",
+        "zeta",
+        "bc.learning_rate-0.01_ppo.learning_rate-0.001",
+        "bc.learning_rate-0.01_ppo.learning_rate-0.003",
+        "sample-0",
+        "sample-1",
+    ]
+    assert got["bc.learning_rate-0.01_ppo.learning_rate-0.003"] == {
+        "bc": {"learning_rate": 0.01},
+        "rl": {"ppo": {"learning_rate": 0.003}},
+    }
+    assert all(got[f"sample-{i}"]["rl"]["n_envs"] in (4, 8, 16) for i in range(2))
+
+
+def test_a_sample_is_the_same_for_the_same_seed_and_differs_for_another():
+    ranges = {
+        "rl.ppo.learning_rate": {"low": 1e-4, "high": 1e-2, "log": True},
+        "rl.n_envs": {"low": 2, "high": 64},
+        "bc.weight_decay": {"low": 0.0, "high": 0.1},
+    }
+    first = variants.sample({"n": 8, "seed": 0, "ranges": ranges})
+    assert first == variants.sample({"n": 8, "seed": 0, "ranges": dict(reversed(ranges.items()))})
+    assert first != variants.sample({"n": 8, "seed": 1, "ranges": ranges})
+    for overrides in first.values():
+        lr = overrides["rl"]["ppo"]["learning_rate"]
+        assert 1e-4 <= lr <= 1e-2 and lr == float(f"{lr:.3g}")
+        assert isinstance(overrides["rl"]["n_envs"], int) and 2 <= overrides["rl"]["n_envs"] <= 64
+        assert 0.0 <= overrides["bc"]["weight_decay"] <= 0.1
+    # log-uniform: about half the draws below the geometric middle (1e-3), not 1 in 10
+    below = sum(o["rl"]["ppo"]["learning_rate"] < 1e-3 for o in first.values())
+    assert 2 <= below <= 6
+
+
+@pytest.mark.parametrize(
+    ("section", "key"),
+    [
+        ({"sample": {"n": 2, "ranges": {}}}, "variants.sample.ranges"),
+        ({"sample": {"n": 1, "ranges": {"rl.n_envs": {"low": 8, "high": 8}}}}, "rl.n_envs"),
+        ({"base": {"rl": {"n_envs": 4}}}, "variants.base"),
+        ({"n_envs-4": {"rl": {"n_envs": 2}}, "grid": {"rl.n_envs": [4]}}, "variants.n_envs-4"),
+    ],
+)
+def test_a_bad_declaration_is_named(section, key):
+    with pytest.raises(ConfigError, match=key.replace("-", "-").replace(".", r"\.")):
+        variants.declared(section)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        ({"rl": {"ppo": {"learnin_rate": 0.1}}}, "variants.v.rl.ppo.learnin_rate"),
+        ({"experiment": "other"}, "variants.v.experiment"),
+        ({"tracking": {"enabled": False}}, "variants.v.tracking.enabled"),
+        ({}, "variants.v"),
+    ],
+)
+def test_an_override_of_no_key_or_of_the_invocation_is_named(overrides, key):
+    with pytest.raises(ConfigError, match=f"'{key}'"):
+        variants.check_overrides("v", overrides, LEAVES)
+
+
+def test_merge_is_deep_and_replaces_lists():
+    merged = variants.merge(BASE, {"rl": {"ppo": {"learning_rate": 0.003}, "seeds": [5]}})
+    assert merged["rl"]["ppo"]["learning_rate"] == 0.003
+    assert merged["rl"]["ppo"]["n_steps"] == BASE["rl"]["ppo"]["n_steps"]
+    assert merged["rl"]["seeds"] == [5]
+    assert BASE["rl"]["seeds"] == [0]  # the base is left as it was
+
+
+def sharing(**named: dict) -> variants.Sharing:
+    configs = {"base": BASE} | {n: variants.merge(BASE, o) for n, o in named.items()}
+    return variants.Sharing(configs, LEAVES, lambda init: arms.get(init).needs_clone)
+
+
+def test_a_variant_of_rl_shares_the_demonstrations_and_the_clone():
+    share = sharing(lr={"rl": {"ppo": {"learning_rate": 0.003}}})
+    assert share.owner("lr", "demos") == "base"
+    assert share.owner("lr", "clone") == "base"
+    assert share.owner("lr", "rl", "scratch", "0") == "lr"
+    assert share.owner("lr", "evaluation", "expert", "") == "base"
+    assert share.owner("lr", "evaluation", "bc", "clone") == "base"
+    assert share.owner("lr", "evaluation", "rl-bc-seed0", "rl:bc:0") == "lr"
+
+
+def test_an_arm_setting_owns_only_that_arms_runs_and_a_bc_setting_the_clone_and_its_users():
+    share = sharing(
+        warmup={"rl": {"warm_start": {"critic_warmup_steps": 512}}},
+        bclr={"bc": {"learning_rate": 0.01}},
+    )
+    owners = {arm: share.owner("warmup", "rl", arm, "0") for arm in ("bc", "residual", "scratch")}
+    assert owners == {"bc": "warmup", "residual": "base", "scratch": "base"}
+    assert share.owner("bclr", "demos") == "base"
+    assert share.owner("bclr", "clone") == "bclr"
+    # the clone's users follow it; the control never reads it
+    assert share.owner("bclr", "rl", "kickstart", "0") == "bclr"
+    assert share.owner("bclr", "rl", "scratch", "0") == "base"
+
+
+def test_a_variant_shares_with_the_first_earlier_variant_alike_and_speed_keys_share_all():
+    share = sharing(
+        a={"rl": {"total_timesteps": 8192}, "evaluate": {"confidence": 0.9}},
+        b={"rl": {"total_timesteps": 8192}, "evaluate": {"confidence": 0.8}},
+        fast={"rl": {"checkpoint_every": 7}, "collect": {"n_envs": 3}},
+    )
+    assert share.owner("b", "rl", "bc", "0") == "a"
+    assert share.owner("b", "demos") == "base"
+    assert {share.owner("fast", "rl", arm, "0") for arm in ("bc", "scratch")} == {"base"}
+    changed = sharing(more={"collect": {"n_episodes": 16}})
+    assert changed.owner("more", "demos") == "more"
+    assert changed.owner("more", "rl", "scratch", "0") == "more"  # normalisation statistics
+
+
+def test_every_shorthand_key_reads_nothing():
+    """The section's own keys shape the set of jobs; no job reads them."""
+    keys = [k for k in LEAVES if k.startswith("variants.")]
+    assert keys and all(LEAVES[k]["x-read-by"] == [] for k in keys)
+
+
+# --------------------------------------------------------------------------------------------
+# the workflow: schema validation and the probe, per variant
+
+
+def with_variants(tmp_path: Path, section: dict) -> Path:
+    spec = copy.deepcopy(yaml.safe_load((REPO / "config" / "test.yaml").read_text()))
+    spec["variants"] = section
+    spec["tracking"] = {"enabled": False}
+    path = tmp_path / "variants.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        # the schema, on the merged config
+        ({"big": {"rl": {"n_envs": "many"}}}, "variant 'big'"),
+        ({"grid": {"rl.ppo.clip_range": [0.2, -1]}}, "variant 'clip_range--1'"),
+        # the probe, on the variant's task
+        (
+            {"bad-expert": {"task": {"expert": {"kwargs": {"no_such_argument": 1}}}}},
+            "variant 'bad-expert': config key 'task.expert.kwargs.no_such_argument'",
+        ),
+        ({"v": {"rl": {"nope": 1}}}, "variants.v.rl.nope"),
+        ({"bad name": {"rl": {"n_envs": 2}}}, "bad name"),
+    ],
+)
+def test_every_variant_is_validated_and_probed_before_any_job(tmp_path, section, message):
+    config_path = with_variants(tmp_path, section)
+    proc = snakemake(tmp_path, "-n", "--configfile", str(config_path), check=False)
+    assert proc.returncode != 0
+    assert message in proc.stdout + proc.stderr, proc.stderr[-2000:]
+    assert not (tmp_path / "results").exists()
