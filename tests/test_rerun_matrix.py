@@ -66,6 +66,8 @@ MODULES: dict[str, list[str]] = {
     "demo2rl": list(RULES),
     "demo2rl.stages": list(RULES),
     **{f"demo2rl.stages.{rule}": [rule] for rule in RULES},
+    "demo2rl.stages.compare_variants": ["compare_variants"],
+    "demo2rl.stages.plot_variants": ["plot_variants"],
     "demo2rl.io": list(RULES),
     "demo2rl.collect": ["collect_shard", "merge_demos"],
     "demo2rl.rollout": TASK[:-1],

@@ -140,6 +140,76 @@ def final_returns(
     _save(fig, path, tight=False)
 
 
+def variants(
+    panels: Mapping[str, Sequence[Mapping[str, Any]]],
+    path: str | os.PathLike[str],
+    *,
+    colors: Mapping[str, str] | None = None,
+    confidence: float,
+    base: str,
+    columns: int = 3,
+) -> None:
+    """IQM with its interval per config variant: one panel per policy group, the variants side
+    by side (``base`` first), the base's interval shaded across the panel to read them against.
+
+    ``panels`` maps a group's label to its variants' estimates, in order: ``variant``, ``iqm``,
+    ``iqm_ci`` (low, high) and ``note`` (P(variant > base) as text, or None), written above the
+    bar; a variant marked ``same_runs`` (the base's own runs) is drawn hollow. Each panel has its
+    own return axis: the differences between variants, not between groups, are what it shows.
+    """
+    colors = colors or {}
+    pct = round(100 * confidence)
+    cols = min(columns, len(panels))
+    rows = math.ceil(len(panels) / cols)
+    widest = max(len(entries) for entries in panels.values())
+    fig = Figure(figsize=(cols * (1.6 + 0.6 * widest), 3.4 * rows), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    for i, (ax, (label, entries)) in enumerate(zip(axes, panels.items(), strict=False)):
+        color = colors.get(label, f"C{i}")
+        for entry in entries:
+            if entry["variant"] == base:
+                ax.axhspan(*entry["iqm_ci"], color=color, alpha=0.12, linewidth=0)
+                ax.axhline(entry["iqm"], color=color, linestyle="--", lw=1)
+        for x, entry in enumerate(entries):
+            lo, hi = entry["iqm_ci"]
+            ax.errorbar(
+                x,
+                entry["iqm"],
+                yerr=[[entry["iqm"] - lo], [hi - entry["iqm"]]],
+                fmt="o",
+                color=color,
+                mfc="white" if entry.get("same_runs") else color,
+                ms=7,
+                capsize=4,
+                lw=2,
+            )
+            if entry.get("note"):
+                ax.annotate(
+                    entry["note"],
+                    (x, hi),
+                    xytext=(0, 4),
+                    textcoords="offset points",
+                    ha="center",
+                    fontsize="x-small",
+                )
+        ax.set_xticks(range(len(entries)), [e["variant"] for e in entries], rotation=30, ha="right")
+        ax.set_xlim(-0.6, len(entries) - 0.4)
+        ax.margins(y=0.15)
+        ax.set_title(label, fontsize="medium")
+        ax.grid(axis="y", alpha=0.3)
+    for ax in axes[len(panels) :]:
+        ax.set_visible(False)
+    for ax in axes[::cols]:
+        ax.set_ylabel(f"IQM return, {pct}% CI")
+    fig.suptitle(
+        f"Held-out return per config variant (shaded: {base}'s interval; "
+        f"above the bars: P(variant > {base}); hollow: {base}'s own runs)",
+        fontsize="medium",
+    )
+    _save(fig, path, tight=False)
+
+
 def track_lines(
     centreline: np.ndarray,
     half_width: float,

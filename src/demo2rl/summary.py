@@ -1,6 +1,7 @@
 """Comparing the policies on the held-out evaluation: rliable's aggregates with bootstrap intervals.
 
-(About 360 lines: the statistics and the tables built from them; the figures are plots.py.)
+(About 610 lines: the statistics and the tables built from them, for one config and across
+config variants; the figures are plots.py.)
 
 Every policy drove the same held-out tracks (one episode per evaluation seed), so each policy
 group has a score matrix ``(runs, tracks)`` in rliable's ``(num_runs, num_tasks)`` layout: one run
@@ -22,10 +23,16 @@ rliable's own bootstrap (``rliable.library``) is not used: it resamples a run in
 task, which would treat one policy's scores on different tracks as independent runs, and it cannot
 be imported with the pinned pandas 3 (its dependency ``arch`` 7 fails). The bootstrap here is
 vectorised numpy, seeded, and its point estimates are rliable's.
+
+Across config variants (:func:`compare_variants`) the same bootstrap runs once over every variant's
+groups: the variants were evaluated on the same held-out tracks (their seeds derive from the
+top-level ``seed``), so each group of a variant is compared with the same group of the base by
+P(variant > base), with the tracks drawn alike for both.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -35,6 +42,7 @@ from rliable import metrics as rly
 
 from demo2rl.groups import (
     all_groups,
+    arm_groups,
     best_rl_run,
     comparison_key,
     comparisons,
@@ -326,6 +334,244 @@ def markdown(summary: Mapping[str, Any], plots: Mapping[str, str] | None = None)
     for title, path in (plots or {}).items():
         lines += ["", f"![{title}]({path})"]
     return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------------
+# across config variants
+
+
+SAME_RUNS = {"probability": 0.5, "ci": [0.5, 0.5], "same_runs": True}
+"""P(variant > base) of a group whose runs are the base's own (identical scores): no difference,
+exactly, rather than the noise of resampling one set of runs twice."""
+
+
+def compare_variants(
+    scores: Mapping[str, Mapping[str, np.ndarray]],
+    *,
+    reps: int,
+    confidence: float,
+    seed: int,
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """Mean and IQM of every group of every variant, and P(variant > base) per group, with
+    intervals from one bootstrap (:func:`compare`).
+
+    ``scores`` maps a variant (the base first) to its groups' ``(runs, tracks)`` matrices, all on
+    the same tracks in the same order. A group whose matrix equals the base's is the base's own
+    runs (a variant that changes nothing they read shares them): it takes the base's estimates
+    and :data:`SAME_RUNS`. Returns ``{variant: {group: {n_runs, n_tracks, mean, mean_ci, iqm,
+    iqm_ci, vs_base}}}``; ``vs_base`` is ``{probability, ci, same_runs}``, or None for the base
+    and for a group the base does not have.
+    """
+    if not scores:
+        raise ValueError("no variants")
+    base = next(iter(scores))
+    mats = {
+        v: {g: np.asarray(m, dtype=np.float64) for g, m in gs.items()} for v, gs in scores.items()
+    }
+    shared = {
+        (v, g)
+        for v, gs in mats.items()
+        if v != base
+        for g, m in gs.items()
+        if g in mats[base] and np.array_equal(m, mats[base][g])
+    }
+    keyed = {
+        _variant_key(v, g): m
+        for v, gs in mats.items()
+        for g, m in gs.items()
+        if (v, g) not in shared
+    }
+    pairs = [
+        (_variant_key(v, g), _variant_key(base, g))
+        for v, gs in mats.items()
+        if v != base
+        for g in gs
+        if g in mats[base] and (v, g) not in shared
+    ]
+    stats = compare(keyed, pairs, reps=reps, confidence=confidence, seed=seed)
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for v, gs in mats.items():
+        out[v] = {}
+        for g in gs:
+            if (v, g) in shared:
+                out[v][g] = stats["groups"][_variant_key(base, g)] | {"vs_base": dict(SAME_RUNS)}
+                continue
+            vs_base = None
+            if v != base and g in mats[base]:
+                c = stats["improvement"][comparison_key(_variant_key(v, g), _variant_key(base, g))]
+                vs_base = {"probability": c["probability"], "ci": c["ci"], "same_runs": False}
+            out[v][g] = stats["groups"][_variant_key(v, g)] | {"vs_base": vs_base}
+    return out
+
+
+def best_variants(compared: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> dict[str, Any]:
+    """The variant with the highest IQM per RL arm, and the (variant, arm) with the highest IQM
+    among all RL arms, from :func:`compare_variants`; a tie goes to the earlier variant (the base
+    first), then to the earlier arm. Returns ``{"per_arm": [{group, variant, iqm}], "overall":
+    {group, variant, iqm, vs_base} or None}`` (None without RL arms)."""
+    per_arm = []
+    for g in arm_groups():
+        entries = [(v, gs[g]["iqm"]) for v, gs in compared.items() if g in gs]
+        if entries:
+            v, value = max(entries, key=lambda e: e[1])  # max keeps the first of equal ones
+            per_arm.append({"group": g, "variant": v, "iqm": value})
+    if not per_arm:
+        return {"per_arm": [], "overall": None}
+    top = max(per_arm, key=lambda e: e["iqm"])
+    return {
+        "per_arm": per_arm,
+        "overall": top | {"vs_base": compared[top["variant"]][top["group"]]["vs_base"]},
+    }
+
+
+def variants_markdown(result: Mapping[str, Any], figure: str | None = None) -> str:
+    """``variants.md`` from what ``variants.json`` holds: each variant's overrides, the best
+    variant, one table per group with the variants as rows, the method, and a link to ``figure``
+    (a path relative to the markdown file)."""
+    pct = round(100 * result["confidence"])
+    base = result["base"]
+    labels = {g["group"]: g["label"] for g in result["groups"]}
+    lines = [
+        "# Config variants compared",
+        "",
+        f"Every variant ran the same {result['n_tracks']} held-out episodes (for the racing task: "
+        f"tracks). `{base}` is the config as given; each other variant overrides it as listed.",
+        "",
+        "## Variants",
+        "",
+    ]
+    for v in result["variants"]:
+        said = ", ".join(f"`{k} = {_value(x)}`" for k, x in _dotted(v["overrides"]).items())
+        lines.append(f"- `{v['name']}`: {said or 'no overrides'}")
+    lines += ["", "## Best variant", ""]
+    overall = result["best"]["overall"]
+    if overall is None:
+        lines.append("No RL arm ran: nothing to pick.")
+    else:
+        lines.append(
+            f"- **Overall** (highest IQM of all RL arms): `{overall['variant']}`, "
+            f"{labels[overall['group']]}: IQM "
+            + _ci(overall["iqm"], _row(result, overall["variant"], overall["group"])["iqm_ci"])
+            + _versus(overall["variant"], base, overall["vs_base"])
+            + f". {_verdict(overall, base)}"
+        )
+        for e in result["best"]["per_arm"]:
+            row = _row(result, e["variant"], e["group"])
+            lines.append(
+                f"- {labels[e['group']]}: `{e['variant']}`, IQM {_ci(row['iqm'], row['iqm_ci'])}"
+                + _versus(e["variant"], base, row["vs_base"])
+            )
+        lines += [
+            "",
+            "The highest IQM names a variant even when it leads by a hair: where the IQM "
+            "intervals overlap, or the interval of P(best > base) includes 0.5, there is no clear "
+            "winner.",
+        ]
+    lines += ["", "## Returns per policy"]
+    best_of = {e["group"]: e["variant"] for e in result["best"]["per_arm"]}
+    for g in labels:
+        rl = group_arm(g) is not None
+        head = ["variant", "runs", f"IQM return [{pct}% CI]", "mean return"]
+        head += [f"P(variant > {base}) [{pct}% CI]"]
+        head += ["env steps to the expert's return", "wall time per run (s)"] if rl else []
+        lines += [
+            "",
+            f"### {labels[g]}",
+            "",
+            "| " + " | ".join(head) + " |",
+            "|" + "---|" * len(head),
+        ]
+        for row in (r for r in result["rows"] if r["group"] == g):
+            name = f"`{row['variant']}`"
+            cells = [f"**{name}**" if best_of.get(g) == row["variant"] else name]
+            cells += [str(row["n_runs"]), _ci(row["iqm"], row["iqm_ci"]), f"{row['mean']:.1f}"]
+            cells += [_probability(row, base)]
+            if rl:
+                step, wall = row["steps_to_expert"], row["wall_seconds"]
+                cells += ["not reached" if step is None else f"{step:,.0f}"]
+                cells += ["n/a" if wall is None else f"{wall:,.0f}"]
+            lines.append("| " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "## Method",
+        "",
+        "IQM: the interquartile mean of all run x episode returns of a variant's policy group "
+        f"(rliable), with {pct}% percentile intervals from {result['bootstrap_reps']} stratified "
+        "bootstrap replicates that resample whole runs (seeds) within each variant's group and "
+        "the episodes, drawn alike for every variant. "
+        f"P(variant > {base}): in an episode, the chance that a run of the variant scores higher "
+        f"than a run of `{base}` in the same group (ties count half), averaged over the episodes; "
+        "0.5 means no difference, and it is exactly 0.5 for a group whose runs are the base's own "
+        "(same runs: the variant changes nothing they read). Env steps to the expert's return "
+        "come from each variant's summary; wall time is the mean over seeds of a run's training "
+        "time in its SB3 progress table.",
+    ]
+    if figure:
+        lines += ["", f"![IQM return per policy group and variant]({figure})"]
+    return "\n".join(lines) + "\n"
+
+
+def _row(result: Mapping[str, Any], variant: str, group: str) -> Mapping[str, Any]:
+    return next(r for r in result["rows"] if r["variant"] == variant and r["group"] == group)
+
+
+def _versus(variant: str, base: str, vs_base: Mapping[str, Any] | None) -> str:
+    """``, P(variant > base) = ...`` for the best-variant lines (nothing for the base itself)."""
+    if vs_base is None:
+        return "" if variant == base else f" (`{base}` did not run this arm)"
+    if vs_base["same_runs"]:
+        return f", the same runs as `{base}`"
+    return f", P(`{variant}` > `{base}`) = {_ci(vs_base['probability'], vs_base['ci'], 2)}"
+
+
+def _verdict(best: Mapping[str, Any], base: str) -> str:
+    """Whether the best (variant, arm) is clearly better than the base's runs of that arm."""
+    vs_base = best["vs_base"]
+    if best["variant"] == base or (vs_base is not None and vs_base["same_runs"]):
+        return f"That is `{base}`'s own result: no variant improves on it."
+    if vs_base is None:
+        return "Nothing to compare it with."
+    low, high = vs_base["ci"]
+    if low > 0.5:
+        return f"The interval lies above 0.5: better than `{base}` on these held-out episodes."
+    if high < 0.5:
+        return f"The interval lies below 0.5: a higher IQM, yet no win over `{base}`."
+    return f"The interval includes 0.5: no clear winner over `{base}`."
+
+
+def _probability(row: Mapping[str, Any], base: str) -> str:
+    """The P(variant > base) cell of a variants table."""
+    vs_base = row["vs_base"]
+    if row["variant"] == base:
+        return ""
+    if vs_base is None:
+        return f"n/a (not in `{base}`)"
+    if vs_base["same_runs"]:
+        return "0.50 (same runs)"
+    return _ci(vs_base["probability"], vs_base["ci"], digits=2)
+
+
+def _dotted(overrides: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested overrides as dotted keys (``{"rl": {"seeds": [0]}}`` -> ``{"rl.seeds": [0]}``); an
+    empty mapping stays a value, as declared."""
+    flat: dict[str, Any] = {}
+    for key, value in overrides.items():
+        if isinstance(value, Mapping) and value:
+            flat |= _dotted(value, f"{prefix}{key}.")
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _value(value: Any) -> str:
+    """An override's value as written in YAML flow style: strings bare, the rest as JSON."""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _variant_key(variant: str, group: str) -> str:
+    """A variant's group as one group of :func:`compare` (a variant is a results directory's
+    name, so it holds no slash)."""
+    return f"{variant}/{group}"
 
 
 def _ci(value: float, ci: Sequence[float], digits: int = 1) -> str:

@@ -1,0 +1,170 @@
+"""Stage compare_variants: the config variants side by side, each policy group against the base's.
+
+It reads what each variant's summarize stage wrote (``summary.json``, ``episodes.csv``) and its RL
+runs' SB3 progress tables, so a variant's numbers are recomputed from its own records, never from
+another stage's rounded ones. The figure is drawn from its ``variants.json`` by the rule
+plot_variants, so no plotting code is part of this stage's code fingerprint.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from demo2rl import groups, io, summary
+
+if TYPE_CHECKING:
+    from demo2rl.tracking import Run  # annotations only: importing it imports MLflow
+
+log = logging.getLogger(__name__)
+
+ELAPSED = "time/time_elapsed"
+"""SB3's progress column of the seconds since the run's ``learn()`` call began."""
+
+
+def compare_variants(
+    *,
+    summaries: Mapping[str, str],
+    episodes: Mapping[str, str],
+    progress: Mapping[str, Mapping[str, str]],
+    overrides: Mapping[str, Mapping[str, Any]],
+    variants_json: str,
+    variants_md: str,
+    figure: str,
+    bootstrap_reps: int,
+    confidence: float,
+    seed: int,
+    run: Run,
+) -> dict[str, Any]:
+    """Compare every variant's policy groups with the base's; write ``variants_json`` and
+    ``variants_md`` (which links to ``figure``).
+
+    ``summaries`` and ``episodes`` map each variant, the base first, to its ``summary.json`` and
+    ``episodes.csv``; ``progress`` maps it to its RL runs' policy names and their
+    ``progress.csv`` (a run the variant shares with the base appears under both); ``overrides``
+    maps it to its overrides of the base config, as declared. Every variant must have been
+    evaluated on the base's tracks: P(variant > base) compares the two on each track. Metrics and
+    files also go to the workflow's parent run, beside the summary's.
+    """
+    variants = list(summaries)
+    if not variants or list(episodes) != variants or list(overrides) != variants:
+        raise ValueError(
+            f"summaries, episodes and overrides name other variants or in another order: "
+            f"{variants}, {list(episodes)}, {list(overrides)}"
+        )
+    base = variants[0]
+    loaded = {v: json.loads(Path(summaries[v]).read_text()) for v in variants}
+    tracks = [int(t) for t in loaded[base]["tracks"]]
+    scores = {v: _scores(v, base, loaded[v], episodes[v], tracks) for v in variants}
+    compared = summary.compare_variants(
+        scores, reps=bootstrap_reps, confidence=confidence, seed=seed
+    )
+    walls = {v: _wall_seconds(progress.get(v, {})) for v in variants}
+    present = [g for g in groups.all_groups() if any(g in scores[v] for v in variants)]
+    rows = [
+        {"variant": v, "group": g}
+        | {k: compared[v][g][k] for k in ("n_runs", "n_tracks", "mean", "mean_ci", "iqm")}
+        | {"iqm_ci": compared[v][g]["iqm_ci"], "vs_base": compared[v][g]["vs_base"]}
+        | {"steps_to_expert": (loaded[v].get("steps_to_expert") or {}).get(g)}
+        | {"wall_seconds": walls[v].get(g)}
+        for g in present
+        for v in variants
+        if g in scores[v]
+    ]
+    result = {
+        "base": base,
+        "variants": [{"name": v, "overrides": dict(overrides[v])} for v in variants],
+        "groups": [{"group": g, "label": groups.label(g)} for g in present],
+        "tracks": tracks,
+        "n_tracks": len(tracks),
+        "confidence": confidence,
+        "bootstrap_reps": bootstrap_reps,
+        "rows": rows,
+        "best": summary.best_variants(compared),
+    }
+    io.write_json(variants_json, io.strict_json(result))
+    link = os.path.relpath(figure, Path(variants_md).parent)
+    with io.atomic_path(variants_md) as tmp:
+        tmp.write_text(summary.variants_markdown(result, link))
+
+    metrics = variant_metrics(result)
+    run.log_metrics(metrics)
+    overall = result["best"]["overall"]
+    best = f"{overall['variant']}:{overall['group']}" if overall else "none"
+    with run.parent() as parent:
+        target = parent or run
+        target.log_metrics({f"variants.{k}": v for k, v in metrics.items()})
+        target.set_tags({"demo2rl.best_variant": best})
+        for path in (variants_json, variants_md):
+            target.log_artifact(path, "summary")
+    log.info("variants:\n%s", summary.variants_markdown(result))
+    return result
+
+
+def variant_metrics(result: Mapping[str, Any]) -> dict[str, float]:
+    """Flat MLflow metrics of a comparison: ``<variant>.<group>.iqm`` (and ``_low``/``_high``),
+    ``.mean``, ``.p_vs_base`` (and bounds), ``.steps_to_expert``, ``.wall_seconds``."""
+    out: dict[str, float | None] = {}
+    for row in result["rows"]:
+        key = f"{row['variant']}.{row['group']}"
+        out[f"{key}.iqm"] = row["iqm"]
+        out[f"{key}.iqm_low"], out[f"{key}.iqm_high"] = row["iqm_ci"]
+        out[f"{key}.mean"] = row["mean"]
+        if row["vs_base"] is not None:
+            out[f"{key}.p_vs_base"] = row["vs_base"]["probability"]
+            out[f"{key}.p_vs_base_low"], out[f"{key}.p_vs_base_high"] = row["vs_base"]["ci"]
+        out[f"{key}.steps_to_expert"] = row["steps_to_expert"]
+        out[f"{key}.wall_seconds"] = row["wall_seconds"]
+    return {k: float(v) for k, v in out.items() if v is not None and math.isfinite(v)}
+
+
+def _scores(
+    variant: str, base: str, loaded: Mapping[str, Any], episodes_csv: str, tracks: Sequence[int]
+) -> dict[str, np.ndarray]:
+    """A variant's ``(runs, tracks)`` return matrix per group, its runs in the summary's order
+    (by seed) and its tracks in the base's order; other tracks than the base's fail."""
+    if [int(t) for t in loaded["tracks"]] != list(tracks):
+        raise ValueError(
+            f"variant {variant!r} was evaluated on other tracks than {base!r}: the evaluation "
+            "seeds derive from the top-level seed and evaluate.episodes, which a variant must "
+            "leave as they are"
+        )
+    table = pd.read_csv(episodes_csv)
+    out: dict[str, list[np.ndarray]] = {}
+    for entry in loaded["runs"]:
+        rows = table[table["policy"] == entry["policy"]]
+        if rows["track_seed"].astype(int).tolist() != list(tracks):
+            raise ValueError(
+                f"variant {variant!r}: {entry['policy']} in {episodes_csv} was evaluated on "
+                f"other tracks than {base!r}"
+            )
+        out.setdefault(entry["group"], []).append(rows["return"].to_numpy(dtype=np.float64))
+    return {g: np.stack(rs) for g, rs in out.items()}
+
+
+def _wall_seconds(progress: Mapping[str, str]) -> dict[str, float]:
+    """Mean training seconds of each RL group's runs, from their progress tables.
+
+    SB3's elapsed time restarts at every ``learn()`` call, so a resumed run's table (its
+    segments joined, :func:`demo2rl.rl.progress.progress_table`) adds up the last value of each
+    segment: where the column drops, a new segment began."""
+    runs: dict[str, list[float]] = {}
+    for name, path in progress.items():
+        table = pd.read_csv(path)
+        if ELAPSED not in table:
+            continue
+        elapsed = table[ELAPSED].dropna().to_numpy(dtype=np.float64)
+        if not len(elapsed):
+            continue
+        ends = np.flatnonzero(np.diff(elapsed) < 0)
+        seconds = float(elapsed[ends].sum() + elapsed[-1])
+        runs.setdefault(summary.policy_group(name), []).append(seconds)
+    return {g: float(np.mean(s)) for g, s in runs.items()}
