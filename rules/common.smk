@@ -97,30 +97,33 @@ class Variant:
         self.inits = cfg["rl"]["inits"]
         self.runs = names.rl_runs(self.inits, cfg["rl"]["seeds"])
         self.policies = names.policy_names(self.inits, cfg["rl"]["seeds"])
-        self.arm_looks = {arm.name: [arm.label, arm.color] for arm in map(arms.get, self.inits)}
+        self.arm_looks = {
+            arm.name: [arm.label, arm.color] for arm in map(arms.get, self.inits)
+        }
         """How tables and figures show each arm: a param of the rules that show them (code
         fingerprints leave labels and colours out, so that editing one retrains nothing)."""
         self.task = {k: v for k, v in cfg["task"].items() if k != "timeout_s"}
         """The task as a job's param: all but `timeout_s`, which changes no result (the time
         limit on the task's code: the `timeout_ms` resource, demo2rl.jobs.task_config)."""
         self.env = {
-            k: self.task[k] for k in ("env_id", "env_kwargs", "frame_stack", "max_episode_steps")
+            k: self.task[k]
+            for k in ("env_id", "env_kwargs", "frame_stack", "max_episode_steps")
         }
         """The task without its expert: what stages that only step the env read."""
         self.timeout_ms = max(1, round(1000 * cfg["task"]["timeout_s"]))
         """`task.timeout_s` in integer milliseconds, the resource the rules take (Snakemake
         would round a float resource to whole seconds)."""
         self.task_code = tuple(
-            tasks.entry_point_modules(cfg["task"]["env_id"], cfg["task"]["expert"]["entry_point"])
+            tasks.entry_point_modules(
+                cfg["task"]["env_id"], cfg["task"]["expert"]["entry_point"]
+            )
         )
         """The modules of the task's env and expert (a user's own code, too)."""
         self.racing = cfg["task"]["env_id"].rpartition(":")[2] == "Racing-v0"
 
 
 RESULTS = f"results/{config['experiment']}"
-VARIANTS = {
-    name: Variant(name, cfg) for name, cfg in variant_configs(config).items()
-}
+VARIANTS = {name: Variant(name, cfg) for name, cfg in variant_configs(config).items()}
 """Every variant of this invocation, the base first."""
 BASE = VARIANTS[variants.BASE]
 BY_ROOT = {v.root: v for v in VARIANTS.values()}
@@ -176,6 +179,24 @@ def producer(policy):
 def evaluation_path(variant, policy):
     root = owner_root(variant, "evaluation", policy, producer(policy))
     return f"{root}/eval/{policy}.json"
+
+
+def checkpoint_path(variant, policy):
+    """The checkpoint of a learned policy (the expert is code and config only)."""
+    run = names.RLRun.parse(policy)
+    return f"{rl_run_dir(variant, run)}/policy.pt" if run else clone_path(variant)
+
+
+def report_targets(variant):
+    """What rule all builds of a variant's report (rules/report.smk) (the clone's loss plot is its clone's)."""
+    reports = f"{variant.root}/report"
+    figures = {**SUMMARY_FIGURES, **(RACING_FIGURES if variant.racing else {})}
+    return [
+        f"{reports}/summary.md",
+        f"{reports}/summary.json",
+        f"{owner_root(variant, 'clone')}/bc/loss.png",
+        *(f"{reports}/{path}" for path in figures.values()),
+    ]
 
 
 def rl_inputs(wildcards):

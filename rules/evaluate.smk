@@ -2,12 +2,6 @@
 # demonstration and training seeds), one job per policy.
 
 
-def checkpoint_path(variant, policy):
-    """The checkpoint of a learned policy (the expert is code and config only)."""
-    run = names.RLRun.parse(policy)
-    return f"{rl_run_dir(variant, run)}/policy.pt" if run else clone_path(variant)
-
-
 rule evaluate:
     input:
         # a learned policy's checkpoint, and the dataset it must record as its own

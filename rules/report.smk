@@ -16,18 +16,6 @@ VARIANTS_REPORT = f"{RESULTS}/report"
 """Where the comparison across variants goes: the experiment's report directory."""
 
 
-def report_targets(variant):
-    """What rule all builds of a variant's report (the clone's loss plot is its clone's)."""
-    reports = f"{variant.root}/report"
-    figures = {**SUMMARY_FIGURES, **(RACING_FIGURES if variant.racing else {})}
-    return [
-        f"{reports}/summary.md",
-        f"{reports}/summary.json",
-        f"{owner_root(variant, 'clone')}/bc/loss.png",
-        *(f"{reports}/{path}" for path in figures.values()),
-    ]
-
-
 # what rule all builds: every variant's report, and the comparison of the variants
 REPORT_TARGETS = [path for v in VARIANTS.values() for path in report_targets(v)]
 if len(VARIANTS) > 1:
@@ -44,7 +32,9 @@ report: "../report/workflow.rst"
 rule summarize:
     input:
         evaluations=lambda wc: [evaluation_path(V(wc), p) for p in V(wc).policies],
-        curves=lambda wc: [f"{rl_run_dir(V(wc), run)}/evaluations.csv" for run in V(wc).runs],
+        curves=lambda wc: [
+            f"{rl_run_dir(V(wc), run)}/evaluations.csv" for run in V(wc).runs
+        ],
     output:
         summary_json=f"{REPORT}/summary.json",
         summary_md=f"{REPORT}/summary.md",
@@ -84,7 +74,9 @@ rule summarize:
         curve_runs=of_variant(lambda v: [run.name for run in v.runs]),
         arm_looks=of_variant(lambda v: v.arm_looks),
         # summary.md links to the figures
-        figures=lambda wc: {k: f"{wc.root}/report/{p}" for k, p in SUMMARY_FIGURES.items()},
+        figures=lambda wc: {
+            k: f"{wc.root}/report/{p}" for k, p in SUMMARY_FIGURES.items()
+        },
         code=code("summarize"),
     script:
         "../scripts/summarize.py"
@@ -159,8 +151,11 @@ rule compare_variants:
     input:
         summaries=[f"{v.root}/report/summary.json" for v in VARIANTS.values()],
         episodes=[f"{v.root}/report/episodes.csv" for v in VARIANTS.values()],
+        # each variant's RL runs' SB3 progress tables (their wall time)
         progress=[
-            f"{rl_run_dir(v, run)}/progress.csv" for v in VARIANTS.values() for run in v.runs
+            f"{rl_run_dir(v, run)}/progress.csv"
+            for v in VARIANTS.values()
+            for run in v.runs
         ],
     output:
         variants_json=f"{VARIANTS_REPORT}/variants.json",
@@ -177,18 +172,19 @@ rule compare_variants:
         runtime=15,
     params:
         tracking=TRACKING,
-        # the variants in order (the base first) and what each overrides, as declared
-        variants=list(VARIANTS),
-        overrides={
-            name: overrides
-            for name, overrides in variants.declared(config["variants"]).items()
-        },
-        # each variant's RL runs, in the order of the progress inputs
-        runs={name: [run.name for run in v.runs] for name, v in VARIANTS.items()},
+        # the variants in order (the base first) with their overrides as declared
+        overrides={variants.BASE: {}} | variants.declared(config["variants"]),
+        # the (variant, policy) of each progress table, in their order
+        progress_runs=[
+            [name, run.name] for name, v in VARIANTS.items() for run in v.runs
+        ],
         bootstrap_reps=BASE.evaluate.bootstrap_reps,
         confidence=BASE.evaluate.confidence,
         seed=config["seed"],
-        arm_looks={arm: look for v in VARIANTS.values() for arm, look in v.arm_looks.items()},
+        arm_looks={
+            arm: look for v in VARIANTS.values() for arm, look in v.arm_looks.items()
+        },
+        # variants.md links to the figure
         figure=f"{VARIANTS_REPORT}/plots/variants.png",
         code=code("compare_variants"),
     script:
@@ -197,9 +193,9 @@ rule compare_variants:
 
 rule plot_variants:
     input:
-        f"{VARIANTS_REPORT}/variants.json",
+        variants_json=f"{VARIANTS_REPORT}/variants.json",
     output:
-        report(
+        variants_png=report(
             f"{VARIANTS_REPORT}/plots/variants.png",
             caption="../report/variants.rst",
             category="Variants",
@@ -215,7 +211,9 @@ rule plot_variants:
         runtime=5,
     params:
         tracking=TRACKING,
-        arm_looks={arm: look for v in VARIANTS.values() for arm, look in v.arm_looks.items()},
+        arm_looks={
+            arm: look for v in VARIANTS.values() for arm, look in v.arm_looks.items()
+        },
         code=code("plot_variants"),
     script:
         "../scripts/plot_variants.py"

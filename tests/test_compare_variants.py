@@ -207,7 +207,7 @@ def test_the_markdown_names_every_variant_and_arm(compared):
         assert f"### {groups.label(g)}" in md
     assert '`rl.ppo.learning_rate = 0.0001`, `rl.inits = ["bc", "scratch"]`' in md
     assert "- `base`: no overrides" in md
-    assert "| `shared` | 1 |" in md and "0.50 (same runs)" in md
+    assert "| `shared` | 1 |" in md and "0.50 (same scores)" in md
     assert "1.00 [1.00, 1.00]" in md
     assert "**Overall** (highest IQM of all RL arms): `better`" in md
     assert "](plots/variants.png)" in md

@@ -104,6 +104,7 @@ MODULES: dict[str, list[str]] = {
     "demo2rl.vec": ["train_rl"],
     "demo2rl.vec_kinds": ["train_rl"],
     "demo2rl.probe": [],  # run when the workflow parses its config, by no job
+    "demo2rl.variants": [],  # the same
     "demo2rl.arms": ["train_rl", "evaluate", "summarize", "plot_summary", "plot_racing"],
     "demo2rl.names": ["train_rl", "evaluate", "summarize", "plot_summary", "plot_racing"],
     "demo2rl.groups": ["evaluate", "summarize", "plot_summary", "plot_racing"],

@@ -78,8 +78,10 @@ def job(smk: Any, *, stage: str, run_name: str) -> Iterator[tracking.Run | track
         run_context = tracking.untracked_run(list(smk.output))
     try:
         with run_context as run:
-            # the variant of the config the job ran for (the results directory it writes to)
-            run.set_tags({"demo2rl.variant": names.variant_of(wildcards.get("root", ""))})
+            # the config variant the job ran for: the one whose results it writes (a job across
+            # the variants, comparing them, has none)
+            if "root" in wildcards:
+                run.set_tags({"demo2rl.variant": names.variant_of(wildcards["root"])})
             yield run
             run.log_metrics({"job_seconds": time.perf_counter() - start})
     except BaseException:

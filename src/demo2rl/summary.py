@@ -501,8 +501,9 @@ def variants_markdown(result: Mapping[str, Any], figure: str | None = None) -> s
         "the episodes, drawn alike for every variant. "
         f"P(variant > {base}): in an episode, the chance that a run of the variant scores higher "
         f"than a run of `{base}` in the same group (ties count half), averaged over the episodes; "
-        "0.5 means no difference, and it is exactly 0.5 for a group whose runs are the base's own "
-        "(same runs: the variant changes nothing they read). Env steps to the expert's return "
+        "0.5 means no difference, and it is exactly 0.5 where a group scores exactly as the base's "
+        "(same scores: as a rule, the base's own runs, which a variant that changes nothing they "
+        "read shares). Env steps to the expert's return "
         "come from each variant's summary; wall time is the mean over seeds of a run's training "
         "time in its SB3 progress table.",
     ]
@@ -520,7 +521,7 @@ def _versus(variant: str, base: str, vs_base: Mapping[str, Any] | None) -> str:
     if vs_base is None:
         return "" if variant == base else f" (`{base}` did not run this arm)"
     if vs_base["same_runs"]:
-        return f", the same runs as `{base}`"
+        return f", the same scores as `{base}`"
     return f", P(`{variant}` > `{base}`) = {_ci(vs_base['probability'], vs_base['ci'], 2)}"
 
 
@@ -547,7 +548,7 @@ def _probability(row: Mapping[str, Any], base: str) -> str:
     if vs_base is None:
         return f"n/a (not in `{base}`)"
     if vs_base["same_runs"]:
-        return "0.50 (same runs)"
+        return "0.50 (same scores)"
     return _ci(vs_base["probability"], vs_base["ci"], digits=2)
 
 
