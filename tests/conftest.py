@@ -201,6 +201,7 @@ FIRST = {
     "test_mlflow_server.py": 2,
     "test_rerun_matrix.py": 3,
     "test_reruns.py": 3,
+    "test_variants.py::test_changing_a_variant_reruns_only_its_jobs_as_a_fresh_run_would": 3,
     "test_mlflow_ui.py": 4,
 }
 """Scheduling ranks (lower starts sooner): the shared run first; then the long tests that do not

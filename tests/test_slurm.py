@@ -38,6 +38,7 @@ its rule (tests/user_tasks.py:MemoryHungry-v0): the job's step is killed for mem
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import os
@@ -53,7 +54,15 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from conftest import BIN, REPO, TEST_CONFIG, checkpointed_step, unavailable, untracked
+from conftest import (
+    BIN,
+    REPO,
+    TEST_CONFIG,
+    checkpointed_step,
+    copy_run,
+    unavailable,
+    untracked,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -151,7 +160,8 @@ class SlurmRun:
         return self.workdir / "results" / self.experiment
 
     def jobs_of(self, rule: str, wildcards: str = "") -> list[dict[str, str]]:
-        comment = f"rule_{rule}" + (f"_wildcards_{wildcards}" if wildcards else "")
+        """This run's jobs of ``rule`` for its base config with these other wildcards."""
+        comment = job_comment(rule, self.experiment, wildcards)
         return [j for j in self.jobs if j["Comment"] == comment]
 
     def slurm_log(self, jobid: str) -> str:
@@ -256,6 +266,13 @@ def slurm(*args: str) -> str:
     return subprocess.run(list(args), capture_output=True, text=True, check=True).stdout
 
 
+def job_comment(rule: str, experiment: str = EXP, wildcards: str = "") -> str:
+    """The comment the SLURM plugin gives a job: its rule and its wildcards' values joined by
+    ``_`` (the first, ``root``, the base config's results directory, with ``/`` as ``_``)."""
+    root = f"results/{experiment}".replace("/", "_")
+    return f"rule_{rule}_wildcards_{root}" + (f"_{wildcards}" if wildcards else "")
+
+
 def running_job(workdir: Path, comment: str) -> str | None:
     """The SLURM id of this run's running job with this comment (rule and wildcards)."""
     for line in slurm("squeue", "-h", "-o", "%i|%k|%T|%Z").splitlines():
@@ -286,7 +303,7 @@ class Requeued:
         if self.jobid is None:
             state_dir = self.workdir / "results" / EXP / "rl" / self.init / "seed-0" / "state"
             step = checkpointed_step(state_dir)
-            jobid = running_job(self.workdir, f"rule_train_rl_wildcards_{self.init}_0")
+            jobid = running_job(self.workdir, job_comment("train_rl", wildcards=f"{self.init}_0"))
             if step >= PREEMPT_AFTER and jobid is not None:
                 slurm("scontrol", "requeue", jobid)
                 self.jobid, self.requeued_at = jobid, time.monotonic()
@@ -360,7 +377,7 @@ class PastTimeLimit:
             step = checkpointed_step(state_dir)
             if step < PREEMPT_AFTER:
                 return None
-            jobid = running_job(self.workdir, f"rule_train_rl_wildcards_{self.init}_0")
+            jobid = running_job(self.workdir, job_comment("train_rl", wildcards=f"{self.init}_0"))
             pids = trainer_pids(jobid) if jobid is not None else []
             if not pids:
                 return None
@@ -735,3 +752,63 @@ def assert_equal_trees(a, b, path: str = "") -> None:
         assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b), path
     else:
         assert a == b, path
+
+
+# --------------------------------------------------------------------------------------------
+# config variants on the cluster: a 2 x 2 grid beside the test config's own variant
+
+GRID = {
+    "rl.warm_start.critic_warmup_steps": [2048, 3072],
+    "evaluate.confidence": [0.9, 0.8],
+}
+"""Two interval coverages by two warm-ups of the warm-start arm (one the test config's variant's):
+4 variants, whose new jobs are one RL run (3072) and its evaluation, 4 summaries and the
+comparison; the rest is the session run's (the base's and the named variant's)."""
+assert CONFIG["variants"]["warmup-2048"]["rl"]["warm_start"]["critic_warmup_steps"] == 2048
+
+
+@pytest.fixture(scope="module")
+def grid_run(
+    slurm_runs: dict[str, SlurmRun], test_workflow: Path, tmp_path_factory: pytest.TempPathFactory
+) -> SlurmRun:
+    """The grid on the cluster, on a copy of the session's local run (after the module's other
+    runs: the cluster's two cores are theirs until then)."""
+    workdir = copy_run(test_workflow, tmp_path_factory.mktemp("slurm-grid") / "run")
+    spec = copy.deepcopy(CONFIG)
+    spec["variants"]["grid"] = GRID
+    path = workdir / "grid.yaml"
+    path.write_text(yaml.safe_dump(untracked(spec)))
+    targets = [f"results/{EXP}/report/{name}" for name in ("variants.json", "plots/variants.png")]
+    args = [*common_args(workdir, targets), "--configfile", str(path), *profile_resources([])]
+    launched = launch(EXP, workdir, args)
+    try:
+        launched.proc.wait(timeout=RUN_TIMEOUT)
+    finally:
+        if launched.proc.poll() is None:
+            stop_snakemake(launched.proc, workdir)
+    return launched.finish({})
+
+
+def test_a_2x2_grid_of_variants_runs_as_slurm_jobs(grid_run: SlurmRun):
+    assert grid_run.returncode == 0, grid_run.output[-6000:]
+    report = json.loads((grid_run.results() / "report" / "variants.json").read_text())
+    # named by the sorted keys' last parts, the first key's values varying slowest
+    grid = [
+        f"confidence-{coverage}_critic_warmup_steps-{steps}"
+        for coverage in GRID["evaluate.confidence"]
+        for steps in GRID["rl.warm_start.critic_warmup_steps"]
+    ]
+    assert report["variants"] == ["base", *CONFIG["variants"], *grid]
+    # every job went through SLURM: each grid variant's summary, and the one new RL run (a
+    # warm-up of 3072) and its evaluation as jobs of the first variant that has them; all else
+    # (collection, BC, the other RL runs and evaluations) is the session run's
+    comments = [j["Comment"] for j in grid_run.jobs]
+    rules = {c.split("_wildcards_")[0].removeprefix("rule_") for c in comments}
+    assert rules == {"train_rl", "evaluate", "summarize", "compare_variants", "plot_variants"}
+    roots = [job_comment("summarize", f"{EXP}/variants/{name}") for name in grid]
+    assert sorted(c for c in comments if c.startswith("rule_summarize")) == sorted(roots)
+    first_3072 = f"{EXP}/variants/{grid[1]}"
+    assert [c for c in comments if c.startswith("rule_train_rl")] == [
+        job_comment("train_rl", first_3072, "bc_0")
+    ]
+    assert (grid_run.results() / "report" / "plots" / "variants.png").stat().st_size > 10_000

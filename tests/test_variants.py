@@ -7,11 +7,19 @@ session's finished run of the test config (which declares one variant).
 from __future__ import annotations
 
 import copy
+import json
+import shutil
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
-from conftest import REPO, snakemake
+from conftest import REPO, copy_run, snakemake
+from mlflow.tracking import MlflowClient
+from test_rerun_matrix import dry_run_jobs
+from test_reruns import assert_same, comparable
 
 from demo2rl import arms, config, variants
 from demo2rl.config import ConfigError
@@ -82,6 +90,7 @@ def test_a_bad_declaration_is_named(section, key):
     [
         ({"rl": {"ppo": {"learnin_rate": 0.1}}}, "variants.v.rl.ppo.learnin_rate"),
         ({"experiment": "other"}, "variants.v.experiment"),
+        ({"seed": 3}, "variants.v.seed"),
         ({"tracking": {"enabled": False}}, "variants.v.tracking.enabled"),
         ({}, "variants.v"),
     ],
@@ -182,3 +191,143 @@ def test_every_variant_is_validated_and_probed_before_any_job(tmp_path, section,
     assert proc.returncode != 0
     assert message in proc.stdout + proc.stderr, proc.stderr[-2000:]
     assert not (tmp_path / "results").exists()
+
+
+# --------------------------------------------------------------------------------------------
+# the workflow: one invocation of the test config runs its variant beside the base
+
+
+TEST = yaml.safe_load((REPO / "config" / "test.yaml").read_text())
+VARIANT = next(iter(TEST["variants"]))
+"""The test config's one variant."""
+EXP = TEST["experiment"]
+VARIANT_DIR = f"variants/{VARIANT}"
+
+
+@pytest.mark.integration
+def test_one_invocation_runs_the_variant_beside_the_base_sharing_collection_and_bc(
+    test_workflow: Path,
+):
+    """The session's run: collection and BC once, the variant's own jobs (the warm-start arm's
+    run, its evaluation, its report) in its own results, the rest shared; every job's MLflow run
+    tagged with its variant; the comparison across variants written."""
+    results = test_workflow / "results" / EXP
+    store = MlflowClient(f"sqlite:///{test_workflow / 'results' / 'mlflow.db'}")
+    experiment = store.get_experiment_by_name(EXP)
+    runs = store.search_runs([experiment.experiment_id], max_results=1000)
+    jobs = Counter(
+        (r.data.tags["demo2rl.stage"], r.data.tags.get("demo2rl.variant"))
+        for r in runs
+        if r.data.tags.get("demo2rl.stage") not in ("workflow", "arm")
+    )
+    shards = TEST["collect"]["n_shards"]
+    assert jobs[("collect", "base")] == shards and jobs[("merge", "base")] == 1
+    assert jobs[("bc", "base")] == 1 and not any(s == "bc" and v != "base" for s, v in jobs)
+    assert jobs[("rl", "base")] == 4 and jobs[("rl", VARIANT)] == 1
+    assert jobs[("summarize", VARIANT)] == 1 and jobs[("compare", None)] == 1
+    own = results / VARIANT_DIR
+    assert sorted(p.name for p in own.iterdir()) == ["benchmarks", "eval", "logs", "report", "rl"]
+    assert [p.name for p in (own / "rl").iterdir()] == ["bc"]
+    assert [p.name for p in (own / "eval").iterdir()] == ["rl-bc-seed0.json"]
+    summary = json.loads((own / "report" / "summary.json").read_text())
+    assert set(summary["groups"]) == {
+        "expert",
+        "bc",
+        "rl_bc",
+        "rl_residual",
+        "rl_kickstart",
+        "rl_scratch",
+    }
+    report = json.loads((results / "report" / "variants.json").read_text())
+    assert "variants.md" in {p.name for p in (results / "report").iterdir()}
+    assert report and VARIANT in (results / "report" / "variants.md").read_text()
+
+
+def changed_variant(value: int) -> dict:
+    spec = copy.deepcopy(TEST)
+    spec["variants"][VARIANT]["rl"]["warm_start"]["critic_warmup_steps"] = value
+    spec["tracking"] = {"enabled": False}
+    return spec
+
+
+def stamps_of(results: Path, skip: tuple[str, ...]) -> dict[str, tuple[int, bytes]]:
+    """Name -> (mtime, bytes) of every file under ``results`` but those under ``skip``."""
+    return {
+        str(p.relative_to(results)): (p.stat().st_mtime_ns, p.read_bytes())
+        for p in results.rglob("*")
+        if p.is_file() and not str(p.relative_to(results)).startswith(skip)
+    }
+
+
+@pytest.mark.integration
+def test_changing_a_variant_reruns_only_its_jobs_as_a_fresh_run_would(
+    test_workflow: Path, tmp_path: Path
+):
+    """One rerun: the variant's value changed on a copy of the session run. Only the variant's
+    jobs and the comparison rerun; every other file keeps its bytes and modification time; the
+    variant's results equal those of a fresh run of the changed variant (the same copy without
+    the variant's results), bit for bit."""
+    spec = changed_variant(3072)
+    config_path = tmp_path / "changed.yaml"
+    config_path.write_text(yaml.safe_dump(spec))
+    rerun, fresh = (copy_run(test_workflow, tmp_path / name) for name in ("rerun", "fresh"))
+    shutil.rmtree(fresh / "results" / EXP / "variants")
+    comparison = (
+        "report/variants",
+        "report/plots/variants",
+        "logs/compare_variants",
+        "logs/plot_variants",
+        "benchmarks/compare_variants",
+    )
+    results = rerun / "results" / EXP
+    before = stamps_of(results, (*comparison, VARIANT_DIR))
+    old_policy = torch.load(results / VARIANT_DIR / "rl/bc/seed-0/policy.pt", weights_only=True)
+    with ThreadPoolExecutor(2) as pool:
+        procs = list(
+            pool.map(
+                lambda workdir: snakemake(
+                    workdir, "--cores", "1", "--configfile", str(config_path)
+                ),
+                (rerun, fresh),
+            )
+        )
+    ran = Counter(
+        (job["rule"], job["wildcards"].get("root"))
+        for job in dry_run_jobs(procs[0].stdout + procs[0].stderr).values()
+    )
+    own = f"results/{EXP}/{VARIANT_DIR}"
+    assert set(ran) == {
+        ("train_rl", own),
+        ("evaluate", own),
+        ("summarize", own),
+        ("plot_summary", own),
+        ("plot_racing", own),
+        ("compare_variants", None),
+        ("plot_variants", None),
+    }, ran
+    assert stamps_of(results, (*comparison, VARIANT_DIR)) == before
+    new_policy = torch.load(results / VARIANT_DIR / "rl/bc/seed-0/policy.pt", weights_only=True)
+    assert any(
+        not torch.equal(new_policy["state_dict"][k], old_policy["state_dict"][k])
+        for k in new_policy["state_dict"]
+    ), "the changed warm-up changed nothing"
+    for rel in (
+        "rl/bc/seed-0/policy.pt",
+        "rl/bc/seed-0/progress.csv",
+        "rl/bc/seed-0/evaluations.csv",
+        "eval/rl-bc-seed0.json",
+        "report/summary.json",
+    ):
+        a, b = (w / "results" / EXP / VARIANT_DIR / rel for w in (rerun, fresh))
+        assert_same(comparable(a), comparable(b), rel)
+    # the comparison: the same figures, but the wall time of the runs
+    tables = [
+        [
+            {k: v for k, v in row.items() if k != "wall_seconds"}
+            for row in json.loads((w / "results" / EXP / "report/variants.json").read_text())[
+                "rows"
+            ]
+        ]
+        for w in (rerun, fresh)
+    ]
+    assert_same(*tables, "variants.json")

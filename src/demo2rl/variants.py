@@ -38,8 +38,9 @@ BASE = BASE_VARIANT
 """The name of the base config as a variant."""
 SHORTHANDS = ("grid", "sample")
 """Keys of the ``variants`` section that are not variant names."""
-FIXED = ("experiment", "variants", "tracking")
-"""Top-level keys a variant cannot override: they belong to the whole invocation."""
+FIXED = ("experiment", "seed", "variants", "tracking")
+"""Top-level keys a variant cannot override: they belong to the whole invocation (``seed``
+chooses the held-out episodes every variant is compared on)."""
 SAMPLE_DIGITS = 3
 """Significant digits of a sampled float: readable in names and tables, the same everywhere."""
 
