@@ -213,6 +213,11 @@ def rl_params(wildcards):
     return groups.arm_rl_config(V(wildcards).config["rl"], wildcards.init)
 
 
+def variant_labels(**labels):
+    """The labels of a file in Snakemake's report, with the variant whose file it is."""
+    return lambda wildcards: {"variant": V(wildcards).name, **labels}
+
+
 def gpus(device):
     """The standard `gpu` resource: 1 when the config asks for a CUDA device."""
     return 1 if str(device).startswith("cuda") else 0

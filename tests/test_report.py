@@ -49,10 +49,15 @@ def test_make_report_builds_the_html_report(test_workflow: Path):
         "policies.csv",
         "improvement.csv",
         "loss.png",
+        "variants.png",
     ):
         assert name in html, name
-    for category in ("Evaluation", "Racing", "Behaviour cloning"):
+    for category in ("Evaluation", "Racing", "Behaviour cloning", "Variants"):
         assert category in html
+    # the test config's variant's figures and tables beside the base's
+    for variant in CONFIG["variants"]:
+        for name in ("plots/learning_curves.png", "plots/final_returns.png", "policies.csv"):
+            assert f"variants/{variant}/report/{name}" in html, (variant, name)
     assert "Learning curves of every RL arm" in html
     # captions are templates: the config's values are filled in
     episodes = CONFIG["evaluate"]["episodes"]
