@@ -109,7 +109,7 @@ MODULES: dict[str, list[str]] = {
     "demo2rl.names": ["train_rl", "evaluate", "summarize", "plot_summary", "plot_racing"],
     "demo2rl.groups": ["evaluate", "summarize", "plot_summary", "plot_racing"],
     "demo2rl.summary": ["summarize"],
-    "demo2rl.plots": ["plot_bc", "plot_summary", "plot_racing"],
+    "demo2rl.plots": ["plot_bc", "plot_summary", "plot_racing", "plot_variants"],
     # cannot change a result: tracking, provenance records, job glue
     "demo2rl.tracking": [],
     "demo2rl.tracking.lineage": [],
@@ -299,7 +299,8 @@ def rules_of(dag: Mapping[str, dict], outputs: set[str], base: set[str]) -> str:
         variant = names.variant_of(root) if root else names.BASE_VARIANT
         if variant != names.BASE_VARIANT:
             wildcards = {"variant": variant, **wildcards}
-        name = " ".join(f"{k}={v}" for k, v in wildcards.items()) or job["rule"]
+        name = " ".join(f"{k}={v}" for k, v in wildcards.items())
+        name = name or (names.BASE_VARIANT if root else job["rule"])
         name = name if out in base else "added"
         totals.setdefault(job["rule"], set()).add(name)
         if out in outputs:
