@@ -19,5 +19,6 @@ with job(snakemake, stage="summarize", run_name="summarize") as run:
         confidence=p.confidence,
         seed=p.seed,
         curve_tracks=p.curve_tracks,
+        variant=p.variant,
         run=run,
     )

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from demo2rl import io, names, provenance, summary
+from demo2rl import arms, io, names, provenance, summary
 
 if TYPE_CHECKING:
     from demo2rl.tracking import Run  # annotations only: importing it imports MLflow
@@ -41,6 +41,7 @@ def summarize(
     confidence: float,
     seed: int,
     curve_tracks: int,
+    variant: str,
     run: Run,
 ) -> dict[str, Any]:
     """Aggregate the evaluation records; write the summary, its tables and the curve bands.
@@ -50,7 +51,10 @@ def summarize(
     expert's and clone's levels on the same tracks go into ``summary_json`` for the rule that
     draws them. ``tables`` maps ``policies``, ``improvement``, ``runs`` and ``episodes`` to CSV
     paths; ``plot_links`` maps a title to a figure that ``summary_md`` links to. Metrics and
-    files also go to the workflow's parent run, so the MLflow UI compares whole invocations.
+    files also go to the workflow's parent run, so the MLflow UI compares whole invocations; and
+    each RL arm gets a run of its own (:func:`arm_metrics`, its curve and its seed runs), tagged
+    with ``variant`` (the config variant's name, ``base`` for the base config), so the UI's runs
+    table compares the arms row by row.
     """
     records = [json.loads(Path(p).read_text()) for p in evaluations]
     result = summary.summarize(records, reps=bootstrap_reps, confidence=confidence, seed=seed)
@@ -81,6 +85,7 @@ def summarize(
     metrics = summary_metrics(result)
     run.log_metrics(metrics)
     _log_to_parent(metrics, files, {"demo2rl.best_rl": result["best_rl"] or "none"}, run)
+    _log_arms(result, dict(zip(evaluations, records, strict=True)), curves, variant, run)
     log.info("summary:\n%s", summary.markdown(result))
     return result
 
@@ -100,6 +105,51 @@ def summary_metrics(result: Mapping[str, Any]) -> dict[str, float]:
         out[f"p_improvement.{key}"] = c["probability"]
         out[f"p_improvement.{key}_low"], out[f"p_improvement.{key}_high"] = c["ci"]
     return {k: float(v) for k, v in out.items() if v is not None and math.isfinite(v)}
+
+
+def arm_metrics(result: Mapping[str, Any], group: str) -> dict[str, float]:
+    """The figures of one RL arm's run: ``iqm``, ``mean`` (each with ``_low``/``_high``),
+    ``p_vs_scratch`` (and bounds; none for scratch itself) and ``steps_to_expert`` (none when
+    its mean curve never reaches the expert's return)."""
+    st = result["groups"][group]
+    out = {"iqm": st["iqm"], "mean": st["mean"]}
+    out["iqm_low"], out["iqm_high"] = st["iqm_ci"]
+    out["mean_low"], out["mean_high"] = st["mean_ci"]
+    control = arms.get(arms.CONTROL).group
+    versus = result["probability_of_improvement"].get(summary.comparison_key(group, control))
+    if versus is not None:
+        out["p_vs_scratch"] = versus["probability"]
+        out["p_vs_scratch_low"], out["p_vs_scratch_high"] = versus["ci"]
+    out["steps_to_expert"] = result.get("steps_to_expert", {}).get(group)
+    return {k: float(v) for k, v in out.items() if v is not None and math.isfinite(v)}
+
+
+def _log_arms(
+    result: Mapping[str, Any],
+    evaluations: Mapping[str, Mapping[str, Any]],
+    curves: Mapping[str, str],
+    variant: str,
+    run: Run,
+) -> None:
+    """An arm-level run per RL arm: its figures, its learning curve, and its seeds' files
+    (``evaluations`` maps each evaluation's path to its record) by the rule that wrote them."""
+    for group in result["groups"]:
+        arm = names.group_arm(group)
+        if arm is None:  # the expert and the clone: reference levels, not arms
+            continue
+        inputs = {
+            "train_rl": [p for name, p in curves.items() if summary.policy_group(name) == group],
+            "evaluate": [
+                p for p, rec in evaluations.items() if summary.policy_group(rec["policy"]) == group
+            ],
+        }
+        run.log_arm(
+            arm,
+            variant=variant,
+            metrics=arm_metrics(result, group),
+            curve=result["learning_curves"].get(group, {}),
+            inputs=inputs,
+        )
 
 
 def _log_to_parent(

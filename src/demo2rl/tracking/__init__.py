@@ -11,6 +11,9 @@ child run per job. The modules, each with one job:
 ``outbox``    the background sender: calls in order, buffered and retried while the store is
               unreachable, so that tracking trouble never loses training;
 ``lineage``   sidecars beside outputs recording which run produced which file;
+``arms``      the arm-level runs of a summary (one per RL arm, replacing the previous one) and
+              the experiment's view of them in the UI;
+``ui``        the links to that view that ``make ui`` prints;
 ``untracked`` the run of a job with ``tracking.enabled: false``, which does nothing.
 
 The names below are the package's interface; callers import them from ``demo2rl.tracking``.

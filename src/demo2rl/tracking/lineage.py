@@ -65,12 +65,16 @@ def upstream_runs(inputs: Sequence[str | os.PathLike[str]]) -> dict[str, list[st
 
 
 def upstream_tags(inputs: Sequence[str | os.PathLike[str]]) -> dict[str, str]:
-    """The run tags ``demo2rl.upstream.<stage>`` naming the runs that produced ``inputs``: their
-    ids comma-separated, cut short (with the count of runs) where MLflow's tag limit requires."""
-    tags = {}
-    for stage, ids in upstream_runs(inputs).items():
-        text = ",".join(ids)
-        if len(text) > MAX_TAG_LENGTH:
-            text = f"{text[: MAX_TAG_LENGTH - 40]},... ({len(ids)} runs)"
-        tags[f"demo2rl.upstream.{stage}"] = text
-    return tags
+    """The run tags ``demo2rl.upstream.<stage>`` naming the runs that produced ``inputs``
+    (:func:`ids_tag`)."""
+    found = upstream_runs(inputs)
+    return {f"demo2rl.upstream.{stage}": ids_tag(ids) for stage, ids in found.items()}
+
+
+def ids_tag(ids: Sequence[str]) -> str:
+    """Run ids as one tag value: comma-separated, cut short (with the count of runs) where
+    MLflow's tag limit requires."""
+    text = ",".join(ids)
+    if len(text) > MAX_TAG_LENGTH:
+        text = f"{text[: MAX_TAG_LENGTH - 40]},... ({len(ids)} runs)"
+    return text

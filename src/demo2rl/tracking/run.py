@@ -46,10 +46,11 @@ class Run:
         run_id: str | None = None,
         *,
         fail_on_error: bool = False,
+        outbox: Outbox | None = None,
     ) -> None:
         self._client = client
         self.run_id = run_id
-        self.outbox = Outbox(fail_on_error)
+        self.outbox = Outbox(fail_on_error) if outbox is None else outbox
 
     @property
     def client(self) -> MlflowClient:
@@ -105,6 +106,23 @@ class Run:
             yield run
         finally:
             run.outbox.flush()
+
+    def log_arm(
+        self,
+        arm: str,
+        *,
+        variant: str,
+        metrics: Mapping[str, float],
+        curve: Mapping[str, Sequence[float]],
+        inputs: Mapping[str, Sequence[str | os.PathLike[str]]],
+    ) -> None:
+        """An arm-level run of ``arm`` in ``variant`` (see :mod:`demo2rl.tracking.arms`), sent
+        through this run's outbox: its figures, its mean learning curve (``step``, ``mean``,
+        ``low``, ``high``; empty for none) and the seed runs that wrote ``inputs`` (by rule). It
+        replaces the arm's previous run of the variant."""
+        from demo2rl.tracking.arms import ArmRun  # it builds on this module
+
+        ArmRun(self, arm, variant).log(metrics, curve, inputs)
 
     def log_dataset(self, path: str | os.PathLike[str], digest: str, context: str) -> None:
         """Record a demonstration dataset as an MLflow dataset input: its path and content hash."""

@@ -31,6 +31,17 @@ class Untracked:
     def log_figures(self, paths: Sequence[str | os.PathLike[str]]) -> None:
         pass
 
+    def log_arm(
+        self,
+        arm: str,
+        *,
+        variant: str,
+        metrics: Mapping[str, float],
+        curve: Mapping[str, Sequence[float]],
+        inputs: Mapping[str, Sequence[str | os.PathLike[str]]],
+    ) -> None:
+        pass
+
     def log_dataset(self, path: str | os.PathLike[str], digest: str, context: str) -> None:
         pass
 
