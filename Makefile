@@ -32,6 +32,8 @@ report: venv  ## HTML report of the last `make run` (plots, tables, captions) ->
 
 ui: venv  ## MLflow UI of results/mlflow.db on 127.0.0.1:PORT (default 5000); Ctrl-C stops it
 	@echo "MLflow UI: http://127.0.0.1:$(PORT)  (from your laptop: ssh -N -L $(PORT):127.0.0.1:$(PORT) <this host>)"
+	@$(BIN)/python -m demo2rl.tracking.ui $(RESULTS_DIR) http://127.0.0.1:$(PORT) \
+		|| echo "  (the experiments' links could not be read from $(RESULTS_DIR)/mlflow.db)"
 	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false exec $(BIN)/mlflow server --host 127.0.0.1 --port $(PORT) \
 		--backend-store-uri sqlite:///$(abspath $(RESULTS_DIR)/mlflow.db) \
 		--artifacts-destination $(abspath $(RESULTS_DIR)/mlartifacts)
