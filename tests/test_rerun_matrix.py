@@ -112,10 +112,12 @@ MODULES: dict[str, list[str]] = {
     "demo2rl.plots": ["plot_bc", "plot_summary", "plot_racing", "plot_variants"],
     # cannot change a result: tracking, provenance records, job glue
     "demo2rl.tracking": [],
+    "demo2rl.tracking.arms": [],
     "demo2rl.tracking.lineage": [],
     "demo2rl.tracking.outbox": [],
     "demo2rl.tracking.run": [],
     "demo2rl.tracking.store": [],
+    "demo2rl.tracking.ui": [],
     "demo2rl.tracking.untracked": [],
     "demo2rl.tracking.workflow": [],
     "demo2rl.provenance": [],

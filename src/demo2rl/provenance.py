@@ -32,10 +32,12 @@ _SRC = Path(__file__).resolve().parent
 RESULT_NEUTRAL = frozenset(
     {
         "demo2rl.tracking",
+        "demo2rl.tracking.arms",
         "demo2rl.tracking.lineage",
         "demo2rl.tracking.outbox",
         "demo2rl.tracking.run",
         "demo2rl.tracking.store",
+        "demo2rl.tracking.ui",
         "demo2rl.tracking.untracked",
         "demo2rl.tracking.workflow",
         "demo2rl.provenance",
