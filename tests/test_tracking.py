@@ -322,6 +322,7 @@ def test_a_job_without_tracking_never_imports_mlflow(tmp_path):
         "from demo2rl import tracking\n"
         f"with tracking.untracked_run([{str(out)!r}]) as run:\n"
         "    run.log_metrics({'a': 1.0}); run.log_figures([]); run.set_tags({'b': 2})\n"
+        "    run.log_arm('bc', variant='base', metrics={'iqm': 1.0}, curve={}, inputs={})\n"
         "    with run.parent() as parent: assert parent is None\n"
         "print('mlflow' in sys.modules)"
     )
