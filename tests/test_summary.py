@@ -513,6 +513,7 @@ def test_summarize_stage_for_a_generic_task(
             confidence=0.9,
             seed=0,
             curve_tracks=3,
+            variant="base",
             run=run,
         )
     best = f"rl_{arms[0]}"
