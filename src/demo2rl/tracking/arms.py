@@ -76,7 +76,7 @@ class ArmRun(Run):
     unreachable, and waited for when the job ends, like every call of the job."""
 
     def __init__(self, job: Run, arm: str, variant: str) -> None:
-        super().__init__(fail_on_error=job.outbox.fail_on_error, outbox=job.outbox)
+        super().__init__(outbox=job.outbox)
         self.arm, self.variant = arm, variant
 
     def log(
