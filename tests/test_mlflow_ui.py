@@ -1,11 +1,14 @@
 """The MLflow UI for real: `make ui` serves the test workflow's store, headless Chromium renders
-the experiment's runs page, every run is listed, and Ctrl-C stops the server and its workers.
+the experiment's runs page, every run is listed; the link `make ui` prints for the experiment
+opens its arm runs with their IQM; and Ctrl-C stops the server and its workers.
 
-The screenshot is kept at results/test-artifacts/mlflow-ui.png.
+The screenshots are kept at results/test-artifacts/mlflow-ui.png and mlflow-arms.png; the latter
+is also written to docs/mlflow-arms.png, the picture docs/mlflow.md shows.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -14,6 +17,7 @@ import subprocess
 import time
 import urllib.parse
 import urllib.request
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -21,9 +25,13 @@ import yaml
 from conftest import REPO, TEST_CONFIG, unavailable
 from mlflow.tracking import MlflowClient
 
+from demo2rl.tracking.arms import ARM_FILTER
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 EXP = yaml.safe_load(TEST_CONFIG.read_text())["experiment"]
 SCREENSHOT = REPO / "results" / "test-artifacts" / "mlflow-ui.png"
+ARMS_SCREENSHOT = SCREENSHOT.with_name("mlflow-arms.png")
+DOCS_SCREENSHOT = REPO / "docs" / "mlflow-arms.png"
 # without the virtual-time flags headless Chromium captures only the page's loading skeleton
 CHROMIUM_FLAGS = [
     "--headless",
@@ -33,7 +41,6 @@ CHROMIUM_FLAGS = [
     "--no-first-run",
     "--virtual-time-budget=20000",
     "--run-all-compositor-stages-before-draw",
-    "--window-size=1400,900",
 ]
 
 GENAI_NAV = ("Training runs", "Evaluation runs", "Judges", "Agent versions")
@@ -56,6 +63,61 @@ def chromium() -> str:
     if not found:
         unavailable("apt-get installed chromium but it is not on PATH")
     return found
+
+
+def render(browser: str, page: str, profile: Path, screenshot: Path, size: str) -> str:
+    """The DOM of ``page`` in headless Chromium (a fresh ``profile``: no view remembered from
+    another page), and its screenshot at ``size`` (``width,height``)."""
+    flags = [*CHROMIUM_FLAGS, f"--window-size={size}", f"--user-data-dir={profile}"]
+    dom = subprocess.run(
+        [browser, *flags, "--dump-dom", page], capture_output=True, text=True, timeout=120
+    ).stdout
+    screenshot.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [browser, *flags, f"--screenshot={screenshot}", page],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
+    print(f"MLflow UI screenshot: {screenshot}")
+    return dom
+
+
+class GridCells(HTMLParser):
+    """The text of each cell of the UI's runs table: (row id, which is the run id, column id)
+    -> text; and each row's place in the table (``rows``: row id -> index). A run's row is split
+    over the table's pinned and scrolled parts, with one id."""
+
+    def __init__(self, dom: str) -> None:
+        super().__init__()
+        self.cells: dict[tuple[str, str], str] = {}
+        self.rows: dict[str, int] = {}
+        self._row: str | None = None
+        self._cell: tuple[str, str] | None = None
+        self._depth = 0
+        self.feed(dom)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if a.get("role") == "row" and a.get("row-id"):
+            self._row = a["row-id"]
+            self.rows[self._row] = int(a.get("row-index") or -1)
+        if self._cell is not None:
+            self._depth += tag == "div"
+        elif a.get("role") == "gridcell" and self._row and a.get("col-id"):
+            self._cell, self._depth = (self._row, a["col-id"]), 0
+            self.cells[self._cell] = ""
+
+    def handle_endtag(self, tag: str) -> None:
+        if self._cell is not None and tag == "div":
+            if self._depth == 0:
+                self._cell = None
+            else:
+                self._depth -= 1
+
+    def handle_data(self, data: str) -> None:
+        if self._cell is not None:
+            self.cells[self._cell] += data
 
 
 def free_port() -> int:
@@ -86,7 +148,9 @@ def group_alive(pgid: int) -> bool:
     return True
 
 
-def test_make_ui_lists_the_runs_and_stops_on_ctrl_c(test_workflow: Path, tmp_path: Path):
+def test_make_ui_lists_the_runs_links_the_arms_and_stops_on_ctrl_c(
+    test_workflow: Path, tmp_path: Path
+):
     browser = chromium()
     results = test_workflow / "results"
     store = MlflowClient(f"sqlite:///{results / 'mlflow.db'}")
@@ -94,6 +158,10 @@ def test_make_ui_lists_the_runs_and_stops_on_ctrl_c(test_workflow: Path, tmp_pat
     names = {r.info.run_name for r in store.search_runs([experiment.experiment_id])}
     assert len(names) > 5
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    arm_runs = store.search_runs([experiment.experiment_id], ARM_FILTER)
+    summary = json.loads((results / EXP / "report" / "summary.json").read_text())
+    arms = {g.removeprefix("rl_") for g in summary["groups"] if g.startswith("rl_")}
+    assert {r.data.tags["demo2rl.arm"] for r in arm_runs} == arms and len(arm_runs) == len(arms)
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -107,6 +175,11 @@ def test_make_ui_lists_the_runs_and_stops_on_ctrl_c(test_workflow: Path, tmp_pat
         )
     try:
         wait_healthy(url, ui)
+        # the experiment's line of what `make ui` printed before the server started
+        printed = (tmp_path / "make-ui.log").read_text()
+        lines = [line for line in printed.splitlines() if line.startswith(f"  {EXP}: ")]
+        assert len(lines) == 1, f"no link for {EXP} among what make ui printed:\n{printed}"
+        arms_page = lines[0].removeprefix(f"  {EXP}: ")
         # sorted by name, the runs table lists child runs flat instead of folding them into
         # their workflow's parent run. 3.17.2's UI opens the GenAI view unless asked for the
         # model-training one, by its switch at the top left (kept in the browser) or by
@@ -119,21 +192,11 @@ def test_make_ui_lists_the_runs_and_stops_on_ctrl_c(test_workflow: Path, tmp_pat
             }
         )
         page = f"{url}/#/experiments/{experiment.experiment_id}/runs?{query}"
-        profile = ["--user-data-dir=" + str(tmp_path / "chromium")]
-        dom = subprocess.run(
-            [browser, *CHROMIUM_FLAGS, *profile, "--dump-dom", page],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        ).stdout
-        SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [browser, *CHROMIUM_FLAGS, *profile, f"--screenshot={SCREENSHOT}", page],
-            capture_output=True,
-            timeout=120,
-            check=True,
+        dom = render(browser, page, tmp_path / "chromium", SCREENSHOT, "1400,900")
+        arms_dom = render(
+            browser, arms_page, tmp_path / "chromium-arms", ARMS_SCREENSHOT, "1900,560"
         )
-        print(f"MLflow UI screenshot: {SCREENSHOT}")
+        shutil.copyfile(ARMS_SCREENSHOT, DOCS_SCREENSHOT)
     finally:
         os.killpg(ui.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
         deadline = time.monotonic() + 30
@@ -154,4 +217,19 @@ def test_make_ui_lists_the_runs_and_stops_on_ctrl_c(test_workflow: Path, tmp_pat
     missing = {name for name in names if f">{name}<" not in dom}
     assert not missing, f"runs not listed on {page}: {missing}"
     assert SCREENSHOT.stat().st_size > 20_000
+    # the printed link: the model-training view, the arm runs alone, each with its IQM shown
+    assert arms_page.startswith(f"{url}/#/experiments/{experiment.experiment_id}/runs?")
+    assert ">Runs<" in arms_dom and not {label for label in GENAI_NAV if f">{label}<" in arms_dom}
+    assert 'data-testid="sort-header-iqm"' in arms_dom, f"no iqm column on {arms_page}"
+    grid = GridCells(arms_dom)
+    cells = grid.cells
+    assert set(grid.rows) == {r.info.run_id for r in arm_runs}, f"not the arm runs: {arms_page}"
+    best_first = sorted(arm_runs, key=lambda r: -r.data.metrics["iqm"])
+    assert sorted(grid.rows, key=grid.rows.get) == [r.info.run_id for r in best_first]
+    for run in arm_runs:
+        arm = run.data.tags["demo2rl.arm"]
+        assert f"arm-{arm}" in cells[run.info.run_id, "attributes.`Run Name`"]
+        shown = cells[run.info.run_id, "metrics.`iqm`"]
+        assert float(shown) == summary["groups"][f"rl_{arm}"]["iqm"], (arm, shown)
+    assert ARMS_SCREENSHOT.stat().st_size > 20_000
     assert stopped, f"processes of `make ui` still running 30 s after Ctrl-C:\n{printed[-2000:]}"

@@ -42,13 +42,14 @@ CURVE_METRICS = {"mean": "curve_mean", "low": "curve_low", "high": "curve_high"}
 """A learning-curve band's series -> the arm run's metric whose history (step = env step) holds
 it."""
 SEARCH_PAGE = 1000
+"""Runs per search call when looking for the runs a new arm run replaces."""
 ORDER_BY = "metrics.`iqm`"
 """The arm runs' order in the runs table (``orderByKey``): the IQM return."""
 VIEW_KEY = "demo2rl-arms"
 VIEW_TAG = f"mlflow.sharedViewState.{VIEW_KEY}"
 """The experiment tag holding the runs table's view of the arm runs."""
 VIEW_COLUMNS = ("iqm", "iqm_low", "iqm_high", "p_vs_scratch", "steps_to_expert", "mean")
-"""The metrics the view shows as columns, in this order."""
+"""The metrics the view shows as columns (the UI orders them by name)."""
 
 
 def run_name(arm: str, variant: str) -> str:
