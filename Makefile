@@ -30,7 +30,7 @@ run: venv  ## run the default workflow (config/config.yaml) on all cores
 report: venv  ## HTML report of the last `make run` (plots, tables, captions) -> results/report.html
 	$(SNAKEMAKE) --report results/report.html
 
-ui: venv  ## MLflow UI of results/mlflow.db on 127.0.0.1:PORT (default 5000); Ctrl-C stops it
+ui: venv  ## MLflow UI of results/mlflow.db on 127.0.0.1:PORT (default 5000), links to the arms; Ctrl-C stops it
 	@echo "MLflow UI: http://127.0.0.1:$(PORT)  (from your laptop: ssh -N -L $(PORT):127.0.0.1:$(PORT) <this host>)"
 	@$(BIN)/python -m demo2rl.tracking.ui $(RESULTS_DIR) http://127.0.0.1:$(PORT) \
 		|| echo "  (the experiments' links could not be read from $(RESULTS_DIR)/mlflow.db)"
