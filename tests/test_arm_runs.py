@@ -17,6 +17,7 @@ from mlflow.tracking import MlflowClient
 from demo2rl import arms, names, tracking
 from demo2rl.config import TrackingConfig
 from demo2rl.stages import summarize
+from demo2rl.tracking import ui
 from demo2rl.tracking.arms import ARM_FILTER, VIEW_TAG
 
 LENIENT = TrackingConfig(enabled=True, fail_on_error=False)
@@ -191,3 +192,16 @@ def test_a_rerun_replaces_the_arm_runs_of_its_variant(store: Path):
         assert run.info.start_time >= after
     for run in deleted:
         assert run.info.start_time < started[second]
+
+
+def test_make_ui_links_each_experiment_to_its_arm_runs(store: Path, tmp_path: Path):
+    """What `make ui` prints (tests/test_mlflow_ui.py opens it in a browser): the experiment's
+    shared view of its arm runs once it has them; what to run without a store."""
+    url = "http://127.0.0.1:5000"
+    summarize_job(store)
+    experiment = MlflowClient(tracking.tracking_uri(store)).get_experiment_by_name("arms")
+    link = f"{url}/#/experiments/{experiment.experiment_id}/runs?viewStateShareKey=demo2rl-arms"
+    assert f"  arms: {link}&workflowType=machine_learning" in ui.experiment_lines(store, url)
+    (missing,) = ui.experiment_lines(tmp_path, url)
+    assert "no MLflow store" in missing and "make run" in missing
+    assert not (tmp_path / "mlflow.db").exists()
