@@ -8,6 +8,7 @@ import copy
 import functools
 import json
 import re
+from pathlib import Path
 
 import yaml
 from snakemake.exceptions import WorkflowError
@@ -24,7 +25,9 @@ from demo2rl import (
     vec_kinds,
 )
 
-SCHEMA_LEAVES = variants.schema_leaves(yaml.safe_load(config_checks.SCHEMA.read_text()))
+SCHEMA = Path(workflow.basedir) / "config" / "schema.yaml"
+"""The config schema the Snakefile validates with."""
+SCHEMA_LEAVES = variants.schema_leaves(yaml.safe_load(SCHEMA.read_text()))
 """Every config key, with the rules that read it (x-read-by): what a variant shares by."""
 
 
@@ -76,7 +79,7 @@ def variant_configs(base):
             raise WorkflowError(f"Invalid config: {err}") from None
         merged = variants.merge(plain, overrides)
         try:
-            validate(merged, str(config_checks.SCHEMA))
+            validate(merged, str(SCHEMA))
         except WorkflowError as err:
             raise WorkflowError(f"Invalid config: variant {name!r}: {err}") from None
         configs[name] = resolved(name, merged)
