@@ -95,6 +95,7 @@ def write_variant(root: Path, returns: Mapping[str, np.ndarray], tracks: list[in
             tables=tables,
             plot_links={},
             curve_tracks=5,
+            variant=root.name,
             run=run,
             **BOOTSTRAP,
         )

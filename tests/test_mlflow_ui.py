@@ -2,8 +2,9 @@
 the experiment's runs page, every run is listed; the link `make ui` prints for the experiment
 opens its arm runs with their IQM; and Ctrl-C stops the server and its workers.
 
-The screenshots are kept at results/test-artifacts/mlflow-ui.png and mlflow-arms.png; the latter
-is also written to docs/mlflow-arms.png, the picture docs/mlflow.md shows.
+The screenshots are kept at results/test-artifacts/mlflow-ui.png and mlflow-arms.png; docs/
+mlflow-arms.png, the picture docs/mlflow.md shows, is a copy of the latter (copied by hand: a
+test run leaves the repository's files as they are).
 """
 
 from __future__ import annotations
@@ -29,9 +30,12 @@ from demo2rl.tracking.arms import ARM_FILTER
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 EXP = yaml.safe_load(TEST_CONFIG.read_text())["experiment"]
+VARIANT_DIRS = {"base": "."} | {
+    name: f"variants/{name}" for name in yaml.safe_load(TEST_CONFIG.read_text())["variants"]
+}
+"""The test config's variants (the base config first) and their results under the experiment's."""
 SCREENSHOT = REPO / "results" / "test-artifacts" / "mlflow-ui.png"
 ARMS_SCREENSHOT = SCREENSHOT.with_name("mlflow-arms.png")
-DOCS_SCREENSHOT = REPO / "docs" / "mlflow-arms.png"
 # without the virtual-time flags headless Chromium captures only the page's loading skeleton
 CHROMIUM_FLAGS = [
     "--headless",
@@ -159,9 +163,14 @@ def test_make_ui_lists_the_runs_links_the_arms_and_stops_on_ctrl_c(
     assert len(names) > 5
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
     arm_runs = store.search_runs([experiment.experiment_id], ARM_FILTER)
-    summary = json.loads((results / EXP / "report" / "summary.json").read_text())
-    arms = {g.removeprefix("rl_") for g in summary["groups"] if g.startswith("rl_")}
-    assert {r.data.tags["demo2rl.arm"] for r in arm_runs} == arms and len(arm_runs) == len(arms)
+    # one arm run per arm of each variant (the base and the test config's own), with its figures
+    summaries = {
+        variant: json.loads((results / EXP / sub / "report" / "summary.json").read_text())
+        for variant, sub in VARIANT_DIRS.items()
+    }
+    arms = {g.removeprefix("rl_") for g in summaries["base"]["groups"] if g.startswith("rl_")}
+    tagged = [(r.data.tags["demo2rl.variant"], r.data.tags["demo2rl.arm"]) for r in arm_runs]
+    assert sorted(tagged) == sorted((v, a) for v in VARIANT_DIRS for a in arms)
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -196,7 +205,6 @@ def test_make_ui_lists_the_runs_links_the_arms_and_stops_on_ctrl_c(
         arms_dom = render(
             browser, arms_page, tmp_path / "chromium-arms", ARMS_SCREENSHOT, "1900,560"
         )
-        shutil.copyfile(ARMS_SCREENSHOT, DOCS_SCREENSHOT)
     finally:
         os.killpg(ui.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
         deadline = time.monotonic() + 30
@@ -227,9 +235,9 @@ def test_make_ui_lists_the_runs_links_the_arms_and_stops_on_ctrl_c(
     best_first = sorted(arm_runs, key=lambda r: -r.data.metrics["iqm"])
     assert sorted(grid.rows, key=grid.rows.get) == [r.info.run_id for r in best_first]
     for run in arm_runs:
-        arm = run.data.tags["demo2rl.arm"]
+        arm, variant = run.data.tags["demo2rl.arm"], run.data.tags["demo2rl.variant"]
         assert f"arm-{arm}" in cells[run.info.run_id, "attributes.`Run Name`"]
         shown = cells[run.info.run_id, "metrics.`iqm`"]
-        assert float(shown) == summary["groups"][f"rl_{arm}"]["iqm"], (arm, shown)
+        assert float(shown) == summaries[variant]["groups"][f"rl_{arm}"]["iqm"], (arm, shown)
     assert ARMS_SCREENSHOT.stat().st_size > 20_000
     assert stopped, f"processes of `make ui` still running 30 s after Ctrl-C:\n{printed[-2000:]}"

@@ -407,20 +407,25 @@ def test_more_seeds_add_only_their_runs_and_evaluations(test_workflow: Path, tmp
     more.write_text(yaml.safe_dump({"rl": {"seeds": [*seeds_now, new]}}))
     proc = snakemake(test_workflow, "-n", "--configfile", str(TEST_CONFIG), str(more))
     text = proc.stdout + proc.stderr
-    # the figures drawn from the summary and the new evaluations are redrawn too; nothing else
+    # the figures drawn from the summary and the new evaluations are redrawn too; nothing else.
+    # The test config's variant runs the new seed too: its own arm's (the warm start's) run, the
+    # rest the base's, and its report; and the comparison of the variants
     arms = arms_lib.BUILTIN  # the test config runs every arm
+    reports = 1 + len(CONFIG["variants"])
     assert job_counts(text) == {
-        "train_rl": len(arms),
-        "evaluate": len(arms),
-        "summarize": 1,
-        "plot_summary": 1,
-        "plot_racing": 1,
+        "train_rl": len(arms) + 1,
+        "evaluate": len(arms) + 1,
+        "summarize": reports,
+        "plot_summary": reports,
+        "plot_racing": reports,
+        "compare_variants": 1,
+        "plot_variants": 1,
         "all": 1,
     }, text
-    assert set(re.findall(r"wildcards: policy=(\S+)", text)) == {
+    assert set(re.findall(r"wildcards: root=\S+, policy=(\S+)", text)) == {
         f"rl-{arm}-seed{new}" for arm in arms
     }
-    assert set(re.findall(r"wildcards: init=(\w+), seed=(\d+)", text)) == {
+    assert set(re.findall(r"wildcards: root=\S+, init=(\w+), seed=(\d+)", text)) == {
         (arm, str(new)) for arm in arms
     }
 
