@@ -69,14 +69,15 @@ def resolved(name, cfg):
 
 def variant_configs(base):
     """The base config and every variant's, each validated by the schema and resolved."""
-    declared = variants.declared(base["variants"])
     plain = {k: v for k, v in base.items() if k != "variants"}
     configs = {variants.BASE: resolved(variants.BASE, copy.deepcopy(plain))}
-    for name, overrides in declared.items():
-        try:
+    try:
+        declared = variants.declared(base["variants"])
+        for name, overrides in declared.items():
             variants.check_overrides(name, overrides, SCHEMA_LEAVES)
-        except config_checks.ConfigError as err:
-            raise WorkflowError(f"Invalid config: {err}") from None
+    except config_checks.ConfigError as err:
+        raise WorkflowError(f"Invalid config: {err}") from None
+    for name, overrides in declared.items():
         merged = variants.merge(plain, overrides)
         try:
             validate(merged, str(SCHEMA))

@@ -182,6 +182,7 @@ def with_variants(tmp_path: Path, section: dict) -> Path:
             "variant 'bad-expert': config key 'task.expert.kwargs.no_such_argument'",
         ),
         ({"v": {"rl": {"nope": 1}}}, "variants.v.rl.nope"),
+        ({"sample": {"n": 2}}, "variants.sample.ranges"),
         ({"bad name": {"rl": {"n_envs": 2}}}, "bad name"),
     ],
 )
