@@ -565,8 +565,10 @@ def job_infos(output: str) -> list[dict[str, str]]:
 
 def snakemake_resources(slurm_run: SlurmRun, rule: str, wildcards: str = "") -> dict[str, str]:
     """threads and resources of the (first) job of a rule, as Snakemake computed them."""
+    base_root = f"root=results/{slurm_run.experiment}"  # (a base config's job)
     for info in job_infos(slurm_run.output):
-        if info["rule"] == rule and info.get("wildcards", "") == wildcards:
+        found = [w for w in info.get("wildcards", "").split(", ") if w and w != base_root]
+        if info["rule"] == rule and ", ".join(found) == wildcards:
             resources = dict(item.split("=", 1) for item in info["resources"].split(", "))
             return resources | {"threads": info.get("threads", "1")}
     raise AssertionError(f"no job of rule {rule} {wildcards} in Snakemake's output")
@@ -798,7 +800,7 @@ def test_a_2x2_grid_of_variants_runs_as_slurm_jobs(grid_run: SlurmRun):
         for coverage in GRID["evaluate.confidence"]
         for steps in GRID["rl.warm_start.critic_warmup_steps"]
     ]
-    assert report["variants"] == ["base", *CONFIG["variants"], *grid]
+    assert [v["name"] for v in report["variants"]] == ["base", *CONFIG["variants"], *grid]
     # every job went through SLURM: each grid variant's summary, and the one new RL run (a
     # warm-up of 3072) and its evaluation as jobs of the first variant that has them; all else
     # (collection, BC, the other RL runs and evaluations) is the session run's

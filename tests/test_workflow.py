@@ -65,8 +65,14 @@ def test_mlflow_has_a_parent_run_and_a_child_per_job(test_workflow: Path):
     parent = parents[0]
     assert parent.info.status == "FINISHED"
     assert parent.data.params["collect.n_episodes"] == str(CONFIG["collect"]["n_episodes"])
-    jobs = [r for r in all_runs if r is not parent and r.data.tags["demo2rl.stage"] != "arm"]
-    children = {r.info.run_name: r for r in jobs}  # arm runs: test_arm_runs, test_mlflow_ui
+    # the base config's jobs (the variant's: test_variants; arm runs: test_arm_runs and
+    # test_mlflow_ui)
+    jobs = [
+        r
+        for r in all_runs
+        if r.data.tags.get("demo2rl.variant") == "base" and r.data.tags["demo2rl.stage"] != "arm"
+    ]
+    children = {r.info.run_name: r for r in jobs}
     shards = [f"collect-shard{k}" for k in range(CONFIG["collect"]["n_shards"])]
     rl_runs = [run.name for run in names.rl_runs(ARMS, CONFIG["rl"]["seeds"])]
     evals = [f"eval-{name}" for name in ("expert", "bc", *rl_runs)]

@@ -50,13 +50,19 @@ def job(smk: Any, *, stage: str, run_name: str) -> Iterator[tracking.Run | track
 
     The run's params are the rule's ``params`` (its config slice) except ``tracking``, which says
     whether and how the job tracks; its tags name the stage, the rule, the wildcards, the variant
-    (``demo2rl.variant``: ``base`` or the variant whose results the job writes) and the runs that
-    produced the inputs. With ``tracking.enabled`` off the job gets an
-    :class:`~demo2rl.tracking.Untracked` run and never imports MLflow. An exception is logged to
+    (``demo2rl.variant``: ``base`` or the variant whose results the job writes; a variant's run
+    is also named ``<run_name>-<variant>``) and the runs that produced the inputs. With
+    ``tracking.enabled`` off the job gets an :class:`~demo2rl.tracking.Untracked` run and never
+    imports MLflow. An exception is logged to
     the rule's log before it propagates.
     """
     setup_logging(smk.log[0] if len(smk.log) else None)
     wildcards = dict(smk.wildcards.items())
+    # the config variant the job runs for: the one whose results it writes (a job across the
+    # variants, comparing them, has none); a variant's runs are named after it too
+    variant = names.variant_of(wildcards["root"]) if "root" in wildcards else None
+    if variant not in (None, names.BASE_VARIANT):
+        run_name = f"{run_name}-{variant}"
     settings = TrackingConfig.of(smk.params.tracking)
     params = {k: v for k, v in smk.params.items() if k != "tracking"}
     log.info("rule %s %s, threads=%s", smk.rule, wildcards, smk.threads)
@@ -78,10 +84,8 @@ def job(smk: Any, *, stage: str, run_name: str) -> Iterator[tracking.Run | track
         run_context = tracking.untracked_run(list(smk.output))
     try:
         with run_context as run:
-            # the config variant the job ran for: the one whose results it writes (a job across
-            # the variants, comparing them, has none)
-            if "root" in wildcards:
-                run.set_tags({"demo2rl.variant": names.variant_of(wildcards["root"])})
+            if variant is not None:
+                run.set_tags({"demo2rl.variant": variant})
             yield run
             run.log_metrics({"job_seconds": time.perf_counter() - start})
     except BaseException:
