@@ -60,9 +60,12 @@ from demo2rl.tracking import sidecar_path
 
 pytestmark = pytest.mark.integration
 CONFIG = yaml.safe_load(TEST_CONFIG.read_text())
+CONFIG.pop("variants", None)
 UNTRACKED = untracked(CONFIG)
 """The config of the executed reruns: the test config without MLflow tracking, which the
-session's fresh run has (tracking changes no result, and switching it reruns nothing)."""
+session's fresh run has (tracking changes no result, and switching it reruns nothing), and
+without its variants (named overrides whose jobs run beside the base's): the reruns here
+concern the base's jobs, which a variant's jobs would only add to."""
 EXP = CONFIG["experiment"]
 TREE = ("Snakefile", "rules", "scripts", "config", "report", "envs", "src", "profiles")
 
