@@ -132,12 +132,14 @@ def test_no_change_means_nothing_to_do(tree):
 
 
 def test_threads_resources_and_profile_change_nothing(tree, tmp_path):
-    assert planned(tree, "--set-threads", "train_bc=1", "--cores", "1") == {}
-    assert planned(tree, "--set-resources", "train_rl:mem_mb=1234", "train_bc:runtime=5") == {}
+    """Together, in one plan: none of them is a rerun trigger, and a trigger that one of them
+    pulled would plan its jobs whatever the others say."""
     profile = tmp_path / "profile"
     profile.mkdir()
     (profile / "config.yaml").write_text("latency-wait: 30\nprintshellcmds: false\n")
-    assert planned(tree, "--profile", str(profile)) == {}
+    threads = ("--set-threads", "train_bc=1", "--cores", "1")
+    resources = ("--set-resources", "train_rl:mem_mb=1234", "train_bc:runtime=5")
+    assert planned(tree, *threads, *resources, "--profile", str(profile)) == {}
 
 
 def edit(path: Path, old: str, new: str) -> str:
