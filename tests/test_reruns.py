@@ -457,24 +457,6 @@ def change_back(
         assert_same(comparable(results / rel), comparable(results_of(tree) / rel), rel)
 
 
-def test_rl_learning_rate_change_discards_the_stale_state(chain, tree):
-    """The case that went wrong: the rerun resumed the other run's state, and kept its weights."""
-    arms = RERUN_ARMS["rl_learning_rate"]
-    rerun(chain, changed("rl.ppo.learning_rate", 1e-3), policies(arms), RL_ONLY)
-    assert_changed(results_of(chain), results_of(tree), policies(arms))
-    change_back(chain, tree, arms, RL_ONLY, {arm: {"job"} for arm in arms})
-
-
-def test_doubled_rl_budget(chain, tree):
-    """From a finished run of half the RL budget to the test config's (a halved budget is the
-    same change of the run key's job part: the state is discarded and the run trains anew)."""
-    arms = RERUN_ARMS["doubled_rl_budget"]
-    half = changed("rl.total_timesteps", CONFIG["rl"]["total_timesteps"] // 2)
-    rerun(chain, half, policies(arms), RL_ONLY)
-    assert_changed(results_of(chain), results_of(tree), policies(arms))
-    change_back(chain, tree, arms, RL_ONLY, {arm: {"job"} for arm in arms})
-
-
 def test_bc_learning_rate_reruns_bc_and_the_warm_started_arm_only(chain, tree):
     """The clone changes, so does an arm that uses it (its key's input); the scratch arm, a
     target too, is left alone."""
@@ -508,16 +490,39 @@ def test_four_more_episodes_rerun_everything_downstream(chain, tree):
     change_back(chain, tree, arms, EXPERT, parts)
 
 
-def test_rl_code_edit_and_its_revert(chain, tree):
-    """An edit of the RL library (another seed for the runs), then its revert: each changes the
-    results and reruns the RL runs alone, which discard the other code's state."""
-    arms = RERUN_ARMS["rl_code_edit"]
+def test_rl_only_changes_discard_the_stale_state(chain, tree):
+    """Three changes that concern the RL runs alone, each made to the RL runs of its own arm in
+    one copy of the run, then changed back in one rerun: the stale state of each arm's runs
+    differs from the test config's by that arm's change alone, and each is discarded for it.
+
+    - The RL learning rate (the case that went wrong: the rerun resumed the other run's state,
+      and kept its weights).
+    - The RL budget: from a finished run of half the budget to the test config's (a halved
+      budget is the same change of the run key's job part: the state is discarded and the run
+      trains anew).
+    - An edit of the RL library (another seed for the runs), then its revert: each changes the
+      results and reruns the RL runs alone, which discard the other code's state.
+
+    (One copy and one change back for the three: a rerun's Snakemake start costs seconds.)"""
+    lr_arms, budget_arms, code_arms = (
+        RERUN_ARMS[case] for case in ("rl_learning_rate", "doubled_rl_budget", "rl_code_edit")
+    )
+    arms = [*lr_arms, *budget_arms, *code_arms]
+    assert len(set(arms)) == len(arms), f"each change on arms of its own: {arms}"
+    rerun(chain, changed("rl.ppo.learning_rate", 1e-3), policies(lr_arms), RL_ONLY)
+    assert_changed(results_of(chain), results_of(tree), policies(lr_arms))
+    half = changed("rl.total_timesteps", CONFIG["rl"]["total_timesteps"] // 2)
+    rerun(chain, half, policies(budget_arms), RL_ONLY)
+    assert_changed(results_of(chain), results_of(tree), policies(budget_arms))
     trainer = chain / "src" / "demo2rl" / "rl" / "trainer.py"
     line = "seed = seeds.rl_seed(job.seed, job.run_seed)\n"
     original = edit(trainer, line, line.replace("\n", " + 1\n"))
     try:
-        rerun(chain, UNTRACKED, policies(arms), RL_ONLY)
+        rerun(chain, UNTRACKED, policies(code_arms), RL_ONLY)
     finally:
         trainer.write_text(original)
-    assert_changed(results_of(chain), results_of(tree), policies(arms))
-    change_back(chain, tree, arms, RL_ONLY, {arm: {"code"} for arm in arms})
+    assert_changed(results_of(chain), results_of(tree), policies(code_arms))
+    parts = {arm: {"job"} for arm in (*lr_arms, *budget_arms)} | {
+        arm: {"code"} for arm in code_arms
+    }
+    change_back(chain, tree, arms, RL_ONLY, parts)
