@@ -8,6 +8,8 @@ Dry runs check that nothing, or only the edited rule, would rerun.
 Executed reruns: each case takes its own copy of `tree` (`chain`) through one change, as two
 executed reruns (`--cores 2`): first to the changed state (an RL or BC hyperparameter, the RL
 budget, the number of demonstrations, an edit of the RL code), then the one thing changed back.
+(The three changes that concern the RL runs alone share a copy: each is made to the RL runs of
+an arm of its own, and one rerun changes the three back.)
 The second rerun starts from a finished run of another config or code, with its stale RL state
 on disk, and ends at the test config, whose fresh run is `tree`: every compared output must
 equal that run's bit for bit (dataset content hash, BC and RL weights, RL progress and
@@ -34,24 +36,28 @@ For speed (every job starts Python, torch and MLflow afresh): changing back make
 fresh run the reference of every case; reruns name the compared outputs as targets, not the
 report; the first rerun of a case skips the evaluations; and each case reruns the RL runs of one
 or two arms (every arm in at least one case: the run key and its check are the same code for
-all of them), while the jobs a case must leave alone are targets too.
+all of them), while the jobs a case must leave alone are targets too. Snakemake itself starts in
+a fork of a process that has imported it (:func:`warm`).
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import multiprocessing.pool
 import os
 import re
 import shutil
-from collections.abc import Sequence
+import subprocess
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import torch
+import warm_snakemake
 import yaml
-from conftest import REPO, TEST_CONFIG, copy_run, snakemake, untracked
+from conftest import REPO, TEST_CONFIG, checked, copy_run, snakemake_call, untracked
 
 from demo2rl import dataset
 from demo2rl.arms import BUILTIN as ARMS
@@ -70,8 +76,35 @@ EXP = CONFIG["experiment"]
 TREE = ("Snakefile", "rules", "scripts", "config", "report", "envs", "src", "profiles")
 
 
+WARM: list[multiprocessing.pool.Pool] = []
+"""The warm Snakemake processes of the module's tests (:func:`warm`), while they run."""
+
+
 @pytest.fixture(scope="module")
-def tree(test_workflow, tmp_path_factory) -> Path:
+def warm() -> Iterator[multiprocessing.pool.Pool]:
+    """Every Snakemake call here, dry run or executed, runs in a fork of a process that has
+    imported Snakemake once (tests/warm_snakemake.py: the workflow, its config checks, task
+    probe and code fingerprints, and every job run as in a fresh process): a fresh process per
+    call spends about 1.1 of its CPU-seconds importing Snakemake, and the module makes 12."""
+    with warm_snakemake.warm_pool(1) as pool:
+        WARM.append(pool)
+        try:
+            yield pool
+        finally:
+            WARM.remove(pool)
+
+
+def snakemake(
+    workdir: Path, *args: str, env: dict[str, str] | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """conftest.snakemake, in a warm process (:func:`warm`)."""
+    call_args, run_env = snakemake_call(workdir, *args, env=env)
+    proc = WARM[-1].apply_async(warm_snakemake.run_cli, (call_args, run_env)).get(timeout=1500)
+    return checked(proc) if check else proc
+
+
+@pytest.fixture(scope="module")
+def tree(test_workflow, warm, tmp_path_factory) -> Path:
     """A copy of the workflow and library, with a copy of the session's finished run of the
     test config in tree/work."""
     root = tmp_path_factory.mktemp("tree")
