@@ -812,6 +812,14 @@ def test_an_overflowing_update_fails_naming_its_losses(tmp_path):
         )
 
 
+def test_an_mlp_policy_on_a_gpu_gets_sb3s_advice_to_use_the_cpu(clone_env):
+    """SB3's warning for an MLP policy on a GPU stays (test_pixels: none for a CNN)."""
+    model = build("scratch", clone_env)
+    model.device = torch.device("cuda")  # SB3's check reads only the device's type
+    with pytest.warns(UserWarning, match="primarily intended to run on the CPU"):
+        model._maybe_recommend_cpu()
+
+
 def test_an_optimiser_step_that_leaves_a_nan_weight_stops_the_update(clone_env):
     """A weight that turns NaN in an update fails it at that optimiser step, naming the weight
     (not torch's error on a NaN action mean in the next rollout)."""

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from stable_baselines3 import PPO
 from stable_baselines3.common.policies import ActorCriticPolicy
+from stable_baselines3.common.preprocessing import is_image_space
 from stable_baselines3.common.vec_env import VecCheckNan, VecEnv, VecNormalize
 
 from demo2rl import arms, dataset, guidance, policy, vec
@@ -282,6 +283,13 @@ class GuidedPPO(PPO):
 
     guide: Guide | None = None
     critic_warmup: int = 0
+
+    def _maybe_recommend_cpu(self, mlp_class_name: str = "ActorCriticPolicy") -> None:
+        """SB3's advice to train an MLP policy on the CPU, for an MLP policy alone: SB3 tells
+        the two apart by the policy's class, and ours is one class for both (its features
+        extractor is a CNN for images), so SB3 alone would warn of a CNN on the GPU too."""
+        if not is_image_space(self.observation_space):
+            super()._maybe_recommend_cpu(mlp_class_name)
 
     def train(self) -> None:
         """PPO's update (with the additions), failing with :class:`NonFiniteValue` as soon as

@@ -194,6 +194,7 @@ def train_rl(
         end = model.num_timesteps
         schedule.maybe_evaluate(end, force=schedule.last_eval != end)
         schedule.save(position.capture(model))
+        model.logger.close()  # the progress segment's file
         log.info("trained %d env steps in %.1f s", model.num_timesteps, time.perf_counter() - start)
         return RLResult(
             model,
