@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import NoReturn
 
 import pytest
+import warm_snakemake
 import yaml
 from filelock import FileLock
 
@@ -109,10 +110,11 @@ def checked(proc: subprocess.CompletedProcess[str]) -> subprocess.CompletedProce
 def run_call(
     call: tuple[list[str], dict[str, str]], check: bool = True
 ) -> subprocess.CompletedProcess[str]:
-    """Run a :func:`snakemake_call` as a ``snakemake`` process."""
+    """Run a :func:`snakemake_call` as ``snakemake`` would, in a fork of a process that has
+    imported Snakemake (:func:`warm_snakemake.call`: the workflow, its jobs and their
+    environment as in a fresh process)."""
     call_args, run_env = call
-    cmd = [str(BIN / "snakemake"), *call_args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=run_env, timeout=1500)
+    proc = warm_snakemake.call(call_args, run_env, timeout=1500)
     return checked(proc) if check else proc
 
 

@@ -37,27 +37,24 @@ fresh run the reference of every case; reruns name the compared outputs as targe
 report; the first rerun of a case skips the evaluations; and each case reruns the RL runs of one
 or two arms (every arm in at least one case: the run key and its check are the same code for
 all of them), while the jobs a case must leave alone are targets too. Snakemake itself starts in
-a fork of a process that has imported it (:func:`warm`).
+a fork of a process that has imported it (conftest.run_call).
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import multiprocessing.pool
 import os
 import re
 import shutil
-import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import torch
-import warm_snakemake
 import yaml
-from conftest import REPO, TEST_CONFIG, checked, copy_run, snakemake_call, untracked
+from conftest import REPO, TEST_CONFIG, copy_run, snakemake, untracked
 
 from demo2rl import dataset
 from demo2rl.arms import BUILTIN as ARMS
@@ -76,35 +73,8 @@ EXP = CONFIG["experiment"]
 TREE = ("Snakefile", "rules", "scripts", "config", "report", "envs", "src", "profiles")
 
 
-WARM: list[multiprocessing.pool.Pool] = []
-"""The warm Snakemake processes of the module's tests (:func:`warm`), while they run."""
-
-
 @pytest.fixture(scope="module")
-def warm() -> Iterator[multiprocessing.pool.Pool]:
-    """Every Snakemake call here, dry run or executed, runs in a fork of a process that has
-    imported Snakemake once (tests/warm_snakemake.py: the workflow, its config checks, task
-    probe and code fingerprints, and every job run as in a fresh process): a fresh process per
-    call spends about 1.1 of its CPU-seconds importing Snakemake, and the module makes 12."""
-    with warm_snakemake.warm_pool(1) as pool:
-        WARM.append(pool)
-        try:
-            yield pool
-        finally:
-            WARM.remove(pool)
-
-
-def snakemake(
-    workdir: Path, *args: str, env: dict[str, str] | None = None, check: bool = True
-) -> subprocess.CompletedProcess[str]:
-    """conftest.snakemake, in a warm process (:func:`warm`)."""
-    call_args, run_env = snakemake_call(workdir, *args, env=env)
-    proc = WARM[-1].apply_async(warm_snakemake.run_cli, (call_args, run_env)).get(timeout=1500)
-    return checked(proc) if check else proc
-
-
-@pytest.fixture(scope="module")
-def tree(test_workflow, warm, tmp_path_factory) -> Path:
+def tree(test_workflow, tmp_path_factory) -> Path:
     """A copy of the workflow and library, with a copy of the session's finished run of the
     test config in tree/work."""
     root = tmp_path_factory.mktemp("tree")

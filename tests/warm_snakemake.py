@@ -12,6 +12,7 @@ before the fork.
 
 from __future__ import annotations
 
+import atexit
 import multiprocessing
 import os
 import subprocess
@@ -47,13 +48,31 @@ def run_cli(args: Sequence[str], env: dict[str, str]) -> subprocess.CompletedPro
         return subprocess.CompletedProcess(["snakemake", *args], code, out.read(), err.read())
 
 
+def _pool(processes: int | None) -> multiprocessing.pool.Pool:
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["snakemake.cli", __name__])
+    return context.Pool(processes or os.cpu_count() or 2, maxtasksperchild=1)
+
+
 @contextmanager
 def warm_pool(processes: int | None = None) -> Iterator[multiprocessing.pool.Pool]:
     """A pool of ``processes`` (default: one per core) warm Snakemake processes, one call each."""
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["snakemake.cli", __name__])
-    with context.Pool(processes or os.cpu_count() or 2, maxtasksperchild=1) as pool:
+    with _pool(processes) as pool:
         yield pool
+
+
+_SHARED: list[multiprocessing.pool.Pool] = []
+"""This process's pool for :func:`call` (made on first use; its processes end with this one)."""
+
+
+def call(args: Sequence[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    """``snakemake args`` with the environment ``env``, in a warm process: what a test's every
+    Snakemake call (a dry run, or a run of the workflow's jobs) costs without importing
+    Snakemake, about 1.1 CPU-seconds of each fresh ``snakemake`` process."""
+    if not _SHARED:
+        _SHARED.append(_pool(None))
+        atexit.register(_SHARED[0].terminate)  # (before the interpreter tears modules down)
+    return _SHARED[0].apply_async(run_cli, (list(args), env)).get(timeout=timeout)
 
 
 def run_all(
