@@ -13,6 +13,14 @@ Snakemake's plan is ``snakemake --detailed-summary``: per output its rule, input
 update is pending (the same decision a dry run prints; one case checks that they agree). A key or
 a module without a declaration fails the test, so ones added later are covered automatically.
 
+A module's case is planned by Snakemake for one module of each set of rules whose code
+fingerprints cover it (a statement appended to that module in a copy of the library): that plan
+shows how an edit's changed fingerprints rerun their rules and what lies downstream. The other
+modules of the same set share that plan, since an edit changes a rule's fingerprint exactly when
+the module is among the modules the fingerprint hashes (:func:`fingerprint_coverage`, the
+rules' own call of :func:`demo2rl.provenance.code_modules`): about 20 plans instead of one per
+module, each a Snakemake start of 1-2 CPU-seconds.
+
 The matrix it finds is also the table in docs/reruns.md (between the ``rerun-matrix`` markers); a
 difference rewrites that table in place and fails the test: commit the regenerated file.
 """
@@ -36,11 +44,12 @@ from conftest import REPO, TEST_CONFIG, checked, run_call, snakemake, snakemake_
 from snakemake.utils import validate
 from warm_snakemake import Call, warm_pool
 
-from demo2rl import names, variants
+from demo2rl import names, provenance, tasks, variants
 
 pytestmark = pytest.mark.integration
 SCHEMA = REPO / "config" / "schema.yaml"
 SRC = REPO / "src" / "demo2rl"
+RULE_FILES = sorted((REPO / "rules").glob("*.smk"))
 TESTS = REPO / "tests"
 ARTIFACTS = REPO / "results" / "test-artifacts"
 
@@ -168,6 +177,27 @@ def library_modules() -> list[str]:
         parts = path.relative_to(SRC.parent).with_suffix("").parts
         names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
     return names
+
+
+TASK_CODE_RULES = sorted(
+    set(re.findall(r'code\("(\w+)", task=True\)', "".join(p.read_text() for p in RULE_FILES)))
+)
+"""The rules whose code fingerprint covers the task's code too, as rules/*.smk declare them."""
+
+
+def fingerprint_coverage(config: Mapping[str, Any]) -> dict[str, list[str]]:
+    """Library module -> the rules whose code fingerprint covers it, for ``config``'s task: the
+    modules each rule's fingerprint hashes (rules/common.smk: ``code``)."""
+    task_code = tasks.entry_point_modules(
+        config["task"]["env_id"], config["task"]["expert"]["entry_point"]
+    )
+    hashed = {
+        rule: provenance.code_modules(
+            f"demo2rl.stages.{rule}", *(task_code if rule in TASK_CODE_RULES else ())
+        )
+        for rule in RULES
+    }
+    return {m: [r for r in RULES if m in hashed[r]] for m in library_modules()}
 
 
 SCHEMA_DOC = yaml.safe_load(SCHEMA.read_text())
@@ -392,7 +422,9 @@ def with_value(config: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def matrix(test_workflow: Path, tmp_path_factory) -> dict[str, dict[str, str]]:
-    """Run every case; returns {"keys": {key: Case}, "modules": {module: Case}}.
+    """Run every case; returns {"keys": {key: Case}, "modules": {module: Case}, "coverage":
+    {planned module: Case whose ``missing`` are the outputs its plan and its coverage disagree
+    on}}.
 
     The plans are Snakemake's own (its command line), asked for in forks of a process that has
     imported Snakemake once (tests/warm_snakemake.py): a fresh process per plan would spend
@@ -430,7 +462,11 @@ def matrix(test_workflow: Path, tmp_path_factory) -> dict[str, dict[str, str]]:
             f"{r}[{','.join(f'{k}={v}' for k, v in (w | own).items())}]" for r, w in readers
         ]
         cases.append(("keys", case_key, path, env, selectors, []))
-    for module in library_modules():
+    coverage = fingerprint_coverage(config)
+    planned_by = {
+        m: next(n for n in coverage if coverage[n] == rules) for m, rules in coverage.items()
+    }
+    for module in dict.fromkeys(planned_by.values()):  # one module of each coverage
         src = root / f"src-{module}"
         shutil.copytree(SRC.parent, src, ignore=shutil.ignore_patterns("__pycache__", "*.egg*"))
         pkg = SRC.joinpath(*module.split(".")[1:])
@@ -463,13 +499,29 @@ def matrix(test_workflow: Path, tmp_path_factory) -> dict[str, dict[str, str]]:
         )
         dags |= {i: parse_jobs(proc) for i, proc in zip(new_jobs, procs, strict=True)}
 
-    found: dict[str, dict[str, Case]] = {"keys": {}, "modules": {}}
+    found: dict[str, dict[str, Case]] = {"keys": {}, "modules": {}, "coverage": {}}
+    pending: dict[str, set[str]] = {}  # a planned module's pending outputs
     for i, (kind, name, _, _, readers, keep) in enumerate(cases):
         dag = dags[i]
         want = expected(dag, readers, base, keep)
         got = {out for out, row in plans[i].items() if row["pending"]}
+        if kind == "modules":
+            pending[name] = got
+            # the coverage that groups the modules is what an edit does in Snakemake's plan
+            model = expected(dag, coverage[name], base)
+            found["coverage"][name] = Case(
+                rules_of(dag, model, base), rules_of(dag, got, base), [], []
+            )
+            found["coverage"][name].missing = sorted(model ^ got)
         described = rules_of(dag, want, base), rules_of(dag, got, base)
         found[kind][name] = Case(*described, sorted(want - got), sorted(got - want))
+    # the other modules: the plan of the planned module with the same coverage
+    for module, planned in planned_by.items():
+        if module != planned:
+            want, got = expected(base_dag, MODULES.get(module, []), base), pending[planned]
+            described = rules_of(base_dag, want, base), rules_of(base_dag, got, base)
+            found["modules"][module] = Case(*described, sorted(want - got), sorted(got - want))
+    found["modules"] = {m: found["modules"][m] for m in coverage}  # the modules' order
     return found
 
 
@@ -499,6 +551,14 @@ def test_every_config_key_reruns_what_it_declares(matrix):
 def test_every_module_reruns_what_it_declares(matrix):
     wrong = {k: c for k, c in matrix["modules"].items() if c.missing or c.extra}
     assert not wrong, "\n".join(f"{k}:\n{c}" for k, c in wrong.items())
+
+
+def test_the_modules_sharing_a_plan_are_those_an_edit_treats_alike(matrix):
+    """For each planned module, the rules whose fingerprints cover it (the grouping of the
+    other modules' cases) rerun in Snakemake's plan exactly what an edit of it reruns."""
+    wrong = {m: c for m, c in matrix["coverage"].items() if c.missing}
+    assert not wrong, "\n".join(f"{m}:\n{c}" for m, c in wrong.items())
+    assert len(matrix["coverage"]) < len(matrix["modules"]) / 2, "a plan per module"
 
 
 def test_speed_only_settings_and_tracking_rerun_nothing(matrix):
