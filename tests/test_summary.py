@@ -277,8 +277,10 @@ def results(workdir: Path) -> Path:
     return workdir / "results" / EXP
 
 
-def load_evals(workdir: Path) -> dict[str, dict]:
-    files = (results(workdir) / "eval").glob("[!.]*.json")  # not the hidden MLflow sidecars
+def load_evals(workdir: Path, variant: str = "base") -> dict[str, dict]:
+    """Policy -> its evaluation of ``variant`` (a variant's own evaluations only)."""
+    root = results(workdir) if variant == "base" else results(workdir) / "variants" / variant
+    files = (root / "eval").glob("[!.]*.json")  # not the hidden MLflow sidecars
     return {p.stem: json.loads(p.read_text()) for p in files}
 
 
@@ -379,18 +381,26 @@ def test_mlflow_has_the_evaluations_and_the_summary_on_the_parent(test_workflow:
     all_runs = mlflow.search_runs(experiment_names=[EXP], output_format="list")
     parents = [r for r in all_runs if r.data.tags.get("demo2rl.stage") == "workflow"]
     parent = max(parents, key=lambda r: r.info.start_time)  # the invocation that evaluated
+    # (variant, policy) -> its evaluation's run: a variant's own evaluations (the warm-start
+    # arm's, for the test config's variant) have the base's policy names
     evals = {
-        r.data.tags["demo2rl.policy"]: r
+        (r.data.tags["demo2rl.variant"], r.data.tags["demo2rl.policy"]): r
         for r in all_runs
         if "demo2rl.policy" in r.data.tags
         and r.data.tags["mlflow.parentRunId"] == parent.info.run_id
     }
-    assert set(evals) == set(load_evals(test_workflow))
-    for name, run in evals.items():
+    saved = {
+        (variant, name): data
+        for variant in ("base", *CONFIG["variants"])
+        for name, data in load_evals(test_workflow, variant).items()
+    }
+    assert set(evals) == set(saved) and len(saved) > len(load_evals(test_workflow))
+    for key, run in evals.items():
         assert run.data.tags["demo2rl.stage"] == "evaluate"
         assert run.info.status == "FINISHED"
-        saved = load_evals(test_workflow)[name]["summary"]["return_mean"]
-        assert run.data.metrics["eval.return_mean"] == pytest.approx(saved)
+        assert run.data.metrics["eval.return_mean"] == pytest.approx(
+            saved[key]["summary"]["return_mean"]
+        ), key
     metrics = parent.data.metrics
     assert "summary.rl_bc.return_iqm" in metrics
     assert "summary.p_improvement.rl_bc_vs_rl_scratch" in metrics
