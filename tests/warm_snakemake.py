@@ -48,9 +48,25 @@ def run_cli(args: Sequence[str], env: dict[str, str]) -> subprocess.CompletedPro
         return subprocess.CompletedProcess(["snakemake", *args], code, out.read(), err.read())
 
 
+PRELOAD = (
+    "snakemake.cli",
+    "snakemake.api",
+    "snakemake.report",
+    "jsonschema",
+    "yte",
+    "smart_open",
+    "numpy",
+    "gymnasium",
+    "h5py",
+)
+"""What the forkserver imports for its forks: Snakemake, and the installed packages that the
+workflow's own code imports (its config checks, its task probe); demo2rl is not among them, so
+that a call's ``PYTHONPATH`` decides which copy of it the workflow runs."""
+
+
 def _pool(processes: int | None) -> multiprocessing.pool.Pool:
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["snakemake.cli", __name__])
+    context.set_forkserver_preload([*PRELOAD, __name__])
     return context.Pool(processes or os.cpu_count() or 2, maxtasksperchild=1)
 
 
