@@ -168,7 +168,7 @@ def main() -> None:
     cfg["bc"] |= {"max_epochs": args.bc_epochs, "patience": args.bc_epochs}
     devices = args.devices.split(",")
     info: dict[str, Any] = {
-        "config": str(args.config.name),
+        "config": args.resolved.name,
         "python": platform.python_version(),
         "torch": torch.__version__,
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
