@@ -22,21 +22,21 @@ training stack (gymnasium, SB3, torch, h5py). Usage::
 
     python benchmarks/gpu.py --write-resolved results/bench/pixels-resolved.json
     python benchmarks/gpu.py --resolved results/bench/pixels-resolved.json [--rl-steps 32768]
+
+Figures to ``results/bench/gpu.json``.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import platform
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
+from _common import machine, report
 
 from demo2rl import rl
 from demo2rl.config import BCConfig, PolicyConfig, RLConfig, TaskConfig
@@ -158,7 +158,6 @@ def main() -> None:
     parser.add_argument("--rl-steps", type=int, default=32768, help="env steps of each RL run")
     parser.add_argument("--threads", type=int, default=4, help="torch threads, both devices")
     parser.add_argument("--devices", default="cpu,cuda")
-    parser.add_argument("--out", type=Path, default=ROOT / "results" / "bench" / "gpu.json")
     args = parser.parse_args()
     if args.write_resolved:
         resolve(args.write_resolved, args.config)
@@ -169,7 +168,7 @@ def main() -> None:
     devices = args.devices.split(",")
     info: dict[str, Any] = {
         "config": args.resolved.name,
-        "python": platform.python_version(),
+        **machine(),
         "torch": torch.__version__,
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "threads": args.threads,
@@ -199,11 +198,8 @@ def main() -> None:
         for arm in ARMS:
             r = info["rl"][arm]
             info[f"rl_speedup_{arm}"] = r["cuda"]["steps_per_s"] / r["cpu"]["steps_per_s"]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(info, indent=1))
-    print(json.dumps({k: v for k, v in info.items() if "speedup" in k}), file=sys.stderr)
+    report("gpu", info)
 
 
 if __name__ == "__main__":
-    with contextlib.suppress(KeyboardInterrupt):
-        main()
+    main()
