@@ -9,7 +9,7 @@ SNAKEMAKE := $(BIN)/snakemake
 PORT ?= 5000
 RESULTS_DIR ?= results
 
-.PHONY: venv run test test-fast lint format report ui bench diagnose clean help
+.PHONY: venv run test test-fast lint format reruns-doc report ui bench diagnose clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-9s %s\n", $$1, $$2}'
@@ -65,6 +65,14 @@ lint: venv  ## static checks only
 	$(BIN)/ruff format --check src scripts tests benchmarks
 	$(BIN)/snakefmt --check Snakefile rules
 	$(SNAKEMAKE) --lint --configfile config/test.yaml
+
+# the rerun matrix's test (tests/test_rerun_matrix.py) writes the page with the matrix it found
+# to results/reruns.md and fails if it differs from docs/reruns.md; the page then replaces the doc
+reruns-doc: venv  ## regenerate the rerun matrix in docs/reruns.md (runs the test config: minutes)
+	rm -f $(RESULTS_DIR)/reruns.md
+	DEMO2RL_RERUN_DOC_OUT=$(abspath $(RESULTS_DIR)/reruns.md) $(BIN)/python -m pytest -q \
+		tests/test_rerun_matrix.py -k test_reruns_doc_shows_the_matrix || test -f $(RESULTS_DIR)/reruns.md
+	cp $(RESULTS_DIR)/reruns.md docs/reruns.md
 
 format: venv  ## apply ruff and snakefmt formatting
 	$(BIN)/ruff check --fix src scripts tests benchmarks

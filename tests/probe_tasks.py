@@ -4,6 +4,7 @@ must reject each before any job runs. The tests put this directory on PYTHONPATH
 
 from __future__ import annotations
 
+import multiprocessing
 import time
 
 import gymnasium as gym
@@ -113,14 +114,18 @@ FOREVER = 3600.0
 class HangingEnv(gym.Env):
     """A tiny task that hangs: in its ``hang_at_step``-th step of an episode (None: never) or in
     its ``hang_at_reset``-th reset in its life (None: never); episodes last ``length`` steps
-    (None: they never end, and the spec sets no limit, so only task.max_episode_steps cuts them)."""
+    (None: they never end, and the spec sets no limit, so only task.max_episode_steps cuts them).
+    Built in a worker process, it takes ``start_s`` seconds first, as a simulator that loads
+    its assets would."""
 
     observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
     action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
 
-    def __init__(self, hang_at_step=None, hang_at_reset=None, length=None):
+    def __init__(self, hang_at_step=None, hang_at_reset=None, length=None, start_s=0.0):
         self.hang_at_step, self.hang_at_reset, self.length = hang_at_step, hang_at_reset, length
         self.resets = 0
+        if multiprocessing.parent_process() is not None:
+            time.sleep(start_s)
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)

@@ -132,7 +132,7 @@ def test_store_lock_names_its_holder_and_a_waiting_start_goes_on_when_it_is_free
             "from demo2rl.tracking import store\n"
             "with store.lock_store(sys.argv[1], 'a test holding the store'):\n"
             "    print('held', flush=True)\n"
-            "    time.sleep(60)\n",
+            "    time.sleep(3600)\n",  # until killed below
             uri,
         ],
         stdout=subprocess.PIPE,
@@ -152,9 +152,8 @@ def test_store_lock_names_its_holder_and_a_waiting_start_goes_on_when_it_is_free
     finally:
         os.killpg(holder.pid, signal.SIGKILL)  # the kernel releases its lock
         holder.wait()
-    start = time.monotonic()
     parent = tracking.start_workflow("waiting", {"experiment": "waiting"}, lenient, results)
-    assert parent is not None and time.monotonic() - start < 60
+    assert parent is not None
     assert (results / "mlflow.db.lock").read_text() == ""  # held by nobody, naming nobody
 
 

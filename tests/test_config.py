@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import TEST_CONFIG, snakemake
+from conftest import REPO, TEST_CONFIG, snakemake
 
-from demo2rl import config, groups
+from demo2rl import arms, config, groups
 
 BASE = yaml.safe_load(TEST_CONFIG.read_text())
 
@@ -46,6 +46,7 @@ CASES = {
 }
 
 
+@pytest.mark.integration  # a real Snakemake invocation
 @pytest.mark.parametrize("case", CASES)
 def test_bad_config_is_rejected_naming_the_key(case, tmp_path: Path):
     """A real invocation (a dry run never writes results/, so it could not show this): it fails
@@ -62,12 +63,28 @@ def test_bad_config_is_rejected_naming_the_key(case, tmp_path: Path):
     assert not (tmp_path / "results").exists(), f"something ran on a bad config:\n{output}"
 
 
+def planned_jobs(output: str) -> dict[str, int]:
+    """The job counts of a dry run's "Job stats" table."""
+    table = output.split("Job stats:", 1)[1].split("total", 1)[0]
+    rows = [line.split() for line in table.splitlines()[3:] if line.strip()]
+    return {name: int(count) for name, count in rows}
+
+
+@pytest.mark.integration  # a real Snakemake invocation
 def test_schema_fills_defaults(tmp_path: Path):
+    """A config of one section plans what the schema's defaults say: each default seed of
+    rl.seeds runs each arm of rl.inits' default (all: every built-in arm applies to the racing
+    task), and the expert, the clone and every RL run are evaluated."""
     minimal = {"experiment": "defaults", "collect": {"n_episodes": 4, "n_shards": 2}}
     path = tmp_path / "minimal.yaml"
     path.write_text(yaml.safe_dump(minimal))
     proc = snakemake(tmp_path, "-n", "--configfile", str(path))
-    assert "collect_shard" in proc.stdout + proc.stderr
+    schema = yaml.safe_load((REPO / "config" / "schema.yaml").read_text())
+    rl = schema["properties"]["rl"]["properties"]
+    assert rl["inits"]["default"] == "all"
+    runs = len(rl["seeds"]["default"]) * len(arms.BUILTIN)
+    jobs = planned_jobs(proc.stdout)
+    assert (jobs["collect_shard"], jobs["train_rl"], jobs["evaluate"]) == (2, runs, runs + 2), jobs
 
 
 # --------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from conftest import TEST_CONFIG, snakemake
+from conftest import TEST_CONFIG, copy_run, snakemake
 
 from demo2rl import dataset
 
@@ -25,10 +25,7 @@ EXP = CONFIG["experiment"]
 def work(test_workflow: Path, tmp_path: Path, untracked_config: Path) -> Path:
     """A copy of the finished test run (without its MLflow store and RL state), with the test
     config its jobs rerun under, untracked (conftest.untracked), as ``config.yaml``."""
-    copy = tmp_path / "work"
-    shutil.copytree(
-        test_workflow, copy, ignore=shutil.ignore_patterns("mlflow.db", "mlartifacts", "state")
-    )
+    copy = copy_run(test_workflow, tmp_path / "work", "mlflow.db", "mlartifacts", "state")
     shutil.copy(untracked_config, copy / "config.yaml")
     return copy
 

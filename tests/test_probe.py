@@ -192,6 +192,7 @@ def test_gymnasium_make_keywords_are_not_typos():
 
 
 @pytest.mark.parametrize("case", ["Dict observations", "typo in the expert's kwargs"])
+@pytest.mark.integration  # a real Snakemake invocation
 def test_the_workflow_stops_before_any_job(case, tmp_path: Path):
     """Through the real Snakefile: the error names the key, and nothing ran."""
     config, key, expected = BAD[case]

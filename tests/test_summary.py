@@ -305,11 +305,12 @@ def test_every_policy_is_evaluated_on_the_heldout_tracks(test_workflow: Path):
         for key in ("lap_time", "avg_speed", "off_track_rate", "lap_completed"):
             assert len(eps[key]) == len(heldout)
         assert all(0 <= r <= 1 for r in eps["off_track_rate"])
-        assert all(s >= 0 for s in eps["avg_speed"])
         assert rec["summary"]["return_mean"] == pytest.approx(np.mean(eps["return"]))
         assert rec["first_episode"]["seed"] == heldout[0]
         assert len(rec["first_episode"]["actions"]) == eps["length"][0]
     assert evals["bc"]["source"]["checkpoint"].endswith("bc/policy.pt")
+    # speeds are measured, not left at 0 (racing.py clamps them at 0): the expert drives on
+    assert all(s > 0 for s in evals["expert"]["episodes"]["avg_speed"])
 
 
 @pytest.mark.integration

@@ -51,12 +51,14 @@ def test_a_limit_restores_the_previous_handler_and_timer():
     fired = []
     previous = signal.signal(signal.SIGALRM, lambda *_: fired.append(True))
     try:
-        signal.setitimer(signal.ITIMER_REAL, 0.4)
+        signal.setitimer(signal.ITIMER_REAL, 5.0)  # far longer than a stall of a loaded machine
         with deadline.limit(LIMIT, "a quick call"):
             pass
         assert signal.getsignal(signal.SIGALRM) is not None and not fired
-        assert 0 < signal.getitimer(signal.ITIMER_REAL)[0] <= 0.4, "the outer timer is re-armed"
-        time.sleep(0.6)
+        assert 0 < signal.getitimer(signal.ITIMER_REAL)[0] <= 5.0, "the outer timer is re-armed"
+        while not fired and signal.getitimer(signal.ITIMER_REAL)[0] > 0:
+            time.sleep(0.05)
+        time.sleep(0.1)  # (a handler runs between bytecodes, after the timer reads 0)
         assert fired, "the outer timer fired, into its own handler"
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
@@ -68,7 +70,6 @@ def test_a_limit_restores_the_previous_handler_and_timer():
 
 
 def test_an_env_that_hangs_in_a_step_is_named_with_its_episodes():
-    start = time.monotonic()
     with pytest.raises(deadline.UserCodeTimeout) as caught:
         run({"hang_at_step": 3})
     message = str(caught.value)
@@ -76,7 +77,6 @@ def test_an_env_that_hangs_in_a_step_is_named_with_its_episodes():
         f"the env {HANGING!r}: step did not return within task.timeout_s = 1 s (episodes "
         "0 (seed 101, after 2 steps), 1 (seed 102, after 2 steps))"
     )
-    assert time.monotonic() - start < 10 * LIMIT
 
 
 def test_an_env_that_hangs_in_a_later_reset_names_the_episode_it_was_starting():
@@ -147,6 +147,17 @@ def test_a_hung_rl_env_is_named_with_its_envs(kind):
     )
     if kind == "subproc":
         assert not any(proc.is_alive() for proc in venv.processes), "hung workers are stopped"
+
+
+def test_the_limit_starts_once_the_workers_have_built_their_envs():
+    """Starting the workers is not limited: envs that take twice the limit to build in their
+    worker (and a loaded machine's imports) do not count against the first reset."""
+    kwargs = {"hang_at_step": None, "start_s": 2 * LIMIT}
+    venv = vec.make_vec_env(HANGING, kwargs, 4, "subproc", n_workers=2, timeout_s=LIMIT)
+    try:
+        assert venv.reset().shape == (4, 2)
+    finally:
+        venv.close()
 
 
 # --------------------------------------------------------------------------------------------

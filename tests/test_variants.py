@@ -170,6 +170,7 @@ def with_variants(tmp_path: Path, section: dict) -> Path:
     return path
 
 
+@pytest.mark.integration  # a real Snakemake invocation
 @pytest.mark.parametrize(
     ("section", "message"),
     [
@@ -187,11 +188,13 @@ def with_variants(tmp_path: Path, section: dict) -> Path:
     ],
 )
 def test_every_variant_is_validated_and_probed_before_any_job(tmp_path, section, message):
+    """A real invocation (a dry run never writes results/, so it could not show this): it fails
+    while the Snakefile is read, before the start hook (the MLflow store) and any job."""
     config_path = with_variants(tmp_path, section)
-    proc = snakemake(tmp_path, "-n", "--configfile", str(config_path), check=False)
+    proc = snakemake(tmp_path, "--cores", "1", "--configfile", str(config_path), check=False)
     assert proc.returncode != 0
     assert message in proc.stdout + proc.stderr, proc.stderr[-2000:]
-    assert not (tmp_path / "results").exists()
+    assert not (tmp_path / "results").exists(), "something ran on a bad variant"
 
 
 # --------------------------------------------------------------------------------------------
