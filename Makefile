@@ -46,10 +46,10 @@ ui: venv  ## MLflow UI of results/mlflow.db on 127.0.0.1:PORT (default 5000), li
 		--artifacts-destination $(abspath $(RESULTS_DIR)/mlartifacts)
 
 # pytest-xdist: `make test` runs 4 workers on 2 cores, as much of the suite waits (on
-# subprocesses, servers, the SLURM cluster) rather than computes; tests that share a module's
-# expensive fixture stay on one worker (--dist loadgroup: tests/conftest.py's GROUPS), and
-# the long tests start first (conftest's order, kept by --no-loadscope-reorder). The unit tests
-# only compute: 2 workers. WORKERS=0 runs everything in this process, in the files' order.
+# subprocesses, servers, the SLURM cluster) rather than computes. Tests that share a module's
+# cluster or servers stay on one worker (xdist_group marks, --dist loadgroup); the tests marked
+# slow start first (tests/conftest.py), in that order (--no-loadscope-reorder). The unit tests
+# only compute: 2 workers. WORKERS=0 runs everything in this process.
 WORKERS ?= 4
 FAST_WORKERS ?= 2
 XDIST = --dist loadgroup --no-loadscope-reorder

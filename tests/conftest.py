@@ -1,6 +1,6 @@
 """Shared fixtures: the repository paths, a runner for the real Snakemake workflow, the one
-finished run of the test config that every worker shares, and the order and grouping of the
-tests for pytest-xdist (``make test`` runs them on several workers)."""
+finished run of the test config that every worker shares, and the order of the tests for
+pytest-xdist (``make test`` runs them on several workers)."""
 
 from __future__ import annotations
 
@@ -183,65 +183,22 @@ def copy_run(workdir: Path, dest: Path, *ignore: str) -> Path:
 
 
 # --------------------------------------------------------------------------------------------
-# order and groups for pytest-xdist (`make test`: -n N --dist loadgroup --no-loadscope-reorder)
-
-GROUPS = {
-    "test_slurm.py": "slurm",  # one cluster and one SLURM run for the module
-    "test_mlflow_server.py": "mlflow-server",  # module-scoped servers and their workflow run
-    "test_rerun_matrix.py": "rerun-matrix",  # the matrix: every case, once, for four tests
-}
-"""Modules whose tests share an expensive module-scoped fixture (or a cluster): each goes to one
-worker as a whole, else every worker that gets one of its tests would build the fixture."""
-
-FIRST = {
-    "test_workflow.py::test_dataset_is_merged_from_the_shards": 0,  # starts the shared run
-    "test_slurm.py": 1,
-    "test_faults.py::test_sigkill_while_writing_shard_dataset_and_clone_then_rerun_incomplete": 3,
-    "test_workflow.py::test_classic_control_example_config_runs": 1,
-    "test_workflow.py::test_discrete_action_example_config_runs": 1,
-    "test_faults.py::test_a_task_whose_every_return_is_0_runs_end_to_end_without_dividing_by_0": 2,
-    "test_mlflow_server.py": 2,
-    "test_rerun_matrix.py": 3,
-    "test_reruns.py": 3,
-    "test_variants.py::test_changing_a_variant_reruns_only_its_jobs_as_a_fresh_run_would": 3,
-    "test_mlflow_ui.py": 4,
-}
-"""Scheduling ranks (lower starts sooner): the shared run first; then the long tests that do not
-need it, so that its minutes are not spent waiting; then the long ones that do. Integration
-tests not named here rank 5, unit tests 6: short tests to fill the gaps at the end."""
-
-
-def rank(item: pytest.Item) -> int:
-    path = Path(item.path).name
-    name = f"{path}::{item.originalname}" if hasattr(item, "originalname") else item.nodeid
-    for key in (name, path):
-        if key in FIRST:
-            return FIRST[key]
-    return 5 if item.get_closest_marker("integration") else 6
+# order for pytest-xdist (`make test`: -n N --dist loadgroup --no-loadscope-reorder)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist, the order in which the tests are handed out (each worker collects;
-    the scheduler keeps the order with --no-loadscope-reorder). Plain pytest keeps the files'
-    order."""
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        items.sort(key=rank)  # stable: within a rank, the files' own order
+    """The long tests (marked slow: a minute or more) first, then the other integration tests,
+    then the unit tests, each in the files' order: the workers start the minutes-long ones
+    while the short ones are left to fill the gaps at the end. The modules whose tests share a
+    cluster or servers keep to one worker through xdist's own ``xdist_group`` marks."""
 
+    def rank(item: pytest.Item) -> int:
+        return (
+            0
+            if item.get_closest_marker("slow")
+            else 1
+            if item.get_closest_marker("integration")
+            else 2
+        )
 
-def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """For --dist loadgroup: xdist's LoadGroupScheduling, with the groups of :data:`GROUPS`.
-
-    pytest-xdist 3.8 tells the scheduler a test's xdist_group by appending it to the test's
-    node id, which pytest 9.2's structured node ids no longer allow: the marks are silently
-    ignored (pytest-dev/pytest-xdist#1386). The scheduler is given the groups here instead, by
-    file, from the node ids it sees."""
-    if config.getvalue("dist") != "loadgroup":
-        return None
-    from xdist.scheduler import LoadGroupScheduling
-
-    class ByModule(LoadGroupScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            group = GROUPS.get(Path(nodeid.split("::", 1)[0]).name)
-            return f"group:{group}" if group else super()._split_scope(nodeid)
-
-    return ByModule(config, log)
+    items.sort(key=rank)  # stable: within a rank, the files' own order

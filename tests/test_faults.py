@@ -246,6 +246,7 @@ def unlock(workdir: Path) -> None:
     shutil.rmtree(workdir / ".snakemake" / "locks")
 
 
+@pytest.mark.slow
 def test_sigkill_while_writing_shard_dataset_and_clone_then_rerun_incomplete(
     tmp_path, test_workflow, untracked_config
 ):
@@ -731,6 +732,7 @@ ZERO_WARNINGS = re.compile(
 )
 
 
+@pytest.mark.slow
 def test_a_task_whose_every_return_is_0_runs_end_to_end_without_dividing_by_0(tmp_path):
     """A sparse-reward user task the expert never solves (tests/user_tasks.py:SparseGoalEnv):
     every policy's return is 0. The workflow runs end to end, the summary's numbers are finite

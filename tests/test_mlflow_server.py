@@ -27,7 +27,7 @@ from mlflow.exceptions import MlflowException
 from demo2rl import dataset, tracking
 from demo2rl.config import TrackingConfig
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("mlflow-server")]
 CONFIG = yaml.safe_load(TEST_CONFIG.read_text())
 EXP = CONFIG["experiment"]
 RESULTS = f"results/{EXP}"

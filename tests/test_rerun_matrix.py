@@ -48,7 +48,7 @@ from warm_snakemake import Call, warm_pool
 
 from demo2rl import names, provenance, tasks, variants
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("rerun-matrix")]
 SCHEMA = REPO / "config" / "schema.yaml"
 SRC = REPO / "src" / "demo2rl"
 RULE_FILES = sorted((REPO / "rules").glob("*.smk"))

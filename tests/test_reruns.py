@@ -61,7 +61,7 @@ from demo2rl.arms import BUILTIN as ARMS
 from demo2rl.arms import get as get_arm
 from demo2rl.tracking import sidecar_path
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 CONFIG = yaml.safe_load(TEST_CONFIG.read_text())
 CONFIG.pop("variants", None)
 UNTRACKED = untracked(CONFIG)

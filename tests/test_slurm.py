@@ -64,7 +64,7 @@ from conftest import (
     untracked,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("slurm")]
 
 TESTS = Path(__file__).resolve().parent
 SLURM_DIR = REPO / "tests" / "slurm"

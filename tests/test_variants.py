@@ -264,6 +264,7 @@ def stamps_of(results: Path, skip: tuple[str, ...]) -> dict[str, tuple[int, byte
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_changing_a_variant_reruns_only_its_jobs_as_a_fresh_run_would(
     test_workflow: Path, tmp_path: Path
 ):

@@ -31,6 +31,7 @@ def runs(workdir: Path):
     return mlflow.search_runs(experiment_names=[EXP], output_format="list")
 
 
+@pytest.mark.slow  # the first to ask for the session's run: it starts it
 def test_dataset_is_merged_from_the_shards(test_workflow: Path):
     demos = dataset.read(results(test_workflow) / "demos" / "demos.h5", verify=True)
     n = CONFIG["collect"]["n_episodes"]
@@ -179,6 +180,7 @@ def tiny(example: str, tmp_path: Path) -> tuple[dict, Path]:
     return spec, config
 
 
+@pytest.mark.slow
 def test_classic_control_example_config_runs(tmp_path: Path):
     """The example config on MountainCarContinuous-v0, end to end, with the default vec_env
     (auto: SB3's DummyVecEnv, the task has no batched VecEnv of its own). Two arms: the residual
@@ -203,6 +205,7 @@ def test_classic_control_example_config_runs(tmp_path: Path):
     assert not list(out.rglob("*.mlflow.json"))
 
 
+@pytest.mark.slow
 def test_discrete_action_example_config_runs(tmp_path: Path):
     """CartPole-v1 (Discrete(2)) end to end with the default arms (rl.inits: all, as config.yaml
     has it): integer demonstrations, a categorical clone, every arm (the residual on the clone's
