@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
@@ -79,15 +80,18 @@ def warm_pool(processes: int | None = None) -> Iterator[multiprocessing.pool.Poo
 
 _SHARED: list[multiprocessing.pool.Pool] = []
 """This process's pool for :func:`call` (made on first use; its processes end with this one)."""
+_SHARED_LOCK = threading.Lock()
+"""Tests call from several threads at once (e.g. two invocations side by side): one pool."""
 
 
 def call(args: Sequence[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
     """``snakemake args`` with the environment ``env``, in a warm process: what a test's every
     Snakemake call (a dry run, or a run of the workflow's jobs) costs without importing
     Snakemake, about 1.1 CPU-seconds of each fresh ``snakemake`` process."""
-    if not _SHARED:
-        _SHARED.append(_pool(None))
-        atexit.register(_SHARED[0].terminate)  # (before the interpreter tears modules down)
+    with _SHARED_LOCK:
+        if not _SHARED:
+            _SHARED.append(_pool(None))
+            atexit.register(_SHARED[0].terminate)  # (before the interpreter tears modules down)
     return _SHARED[0].apply_async(run_cli, (list(args), env)).get(timeout=timeout)
 
 

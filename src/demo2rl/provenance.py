@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import ast
-import contextlib
 import functools
 import hashlib
 import importlib.metadata
 import importlib.util
-import json
-import os
 import platform
 import re
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -186,15 +182,6 @@ def _module_level(body: list[ast.stmt]) -> Iterator[ast.stmt]:
                 yield from _module_level([n for n in inner if isinstance(n, ast.AST)])
 
 
-_PARSER = (
-    hashlib.sha256(Path(__file__).read_bytes() + repr(sys.version_info[:2]).encode())
-    .hexdigest()
-    .encode()
-)
-"""What decides how a module parses, besides its source: this module's code and Python's
-version (part of every cache key of :func:`_cached_parse`)."""
-
-
 class _Parsed(NamedTuple):
     source: str
     """The syntax tree without docstrings, as text: what the fingerprint hashes."""
@@ -211,36 +198,7 @@ def _parsed(path: Path, name: str) -> _Parsed:
 
 @functools.cache
 def _cached_parse(path: Path, name: str, mtime_ns: int, size: int) -> _Parsed:
-    """:func:`_parse`, or its result for the same source kept by an earlier process.
-
-    Parsing the ~50 modules of a fingerprint costs most of a workflow start (0.8 s of a dry
-    run's 2.8 s); every invocation parses the same files. So results are kept on disk under
-    :func:`cache_dir`, keyed by a digest of everything that decides them (the source bytes, the
-    module's name, its presentation-only keywords, this file's own source and Python's version):
-    a key can only ever name one result. A cache that cannot be read or written is skipped.
-    """
-    source = path.read_bytes()
-    key = hashlib.sha256(b"\0".join([_PARSER, name.encode(), path.name.encode(), source]))
-    entry = cache_dir() / f"{key.hexdigest()}.json"
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        saved = json.loads(entry.read_text())
-        return _Parsed(saved["source"], tuple(saved["dependencies"]))
-    parsed = _parse(source.decode(), path, name)
-    with contextlib.suppress(OSError):
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        tmp = entry.with_name(f".{entry.name}.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(parsed._asdict()))
-        os.replace(tmp, entry)  # atomic: readers see a whole entry or none
-    return parsed
-
-
-def cache_dir() -> Path:
-    """Where parsed modules are kept: ``$DEMO2RL_CACHE_DIR``, else ``$XDG_CACHE_HOME/demo2rl``
-    (default ``~/.cache/demo2rl``), then ``code/``. Safe to delete at any time."""
-    root = os.environ.get("DEMO2RL_CACHE_DIR") or Path(
-        os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "demo2rl"
-    )
-    return Path(root) / "code"
+    return _parse(path.read_bytes().decode(), path, name)
 
 
 def _parse(text: str, path: Path, name: str) -> _Parsed:
