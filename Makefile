@@ -12,7 +12,7 @@ RESULTS_DIR ?= results
 .PHONY: venv run test test-fast lint format reruns-doc report ui bench diagnose clean help
 
 help:  ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-9s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
 venv: $(STAMP)  ## create .venv with the pinned dependencies and demo2rl (editable)
 
@@ -69,7 +69,7 @@ lint: venv  ## static checks only
 # the rerun matrix's test (tests/test_rerun_matrix.py) writes the page with the matrix it found
 # to results/reruns.md and fails if it differs from docs/reruns.md; the page then replaces the doc
 reruns-doc: venv  ## regenerate the rerun matrix in docs/reruns.md (runs the test config: minutes)
-	rm -f $(RESULTS_DIR)/reruns.md
+	mkdir -p $(RESULTS_DIR) && rm -f $(RESULTS_DIR)/reruns.md
 	DEMO2RL_RERUN_DOC_OUT=$(abspath $(RESULTS_DIR)/reruns.md) $(BIN)/python -m pytest -q \
 		tests/test_rerun_matrix.py -k test_reruns_doc_shows_the_matrix || test -f $(RESULTS_DIR)/reruns.md
 	cp $(RESULTS_DIR)/reruns.md docs/reruns.md

@@ -83,7 +83,7 @@ def test_schema_fills_defaults(tmp_path: Path):
     rl = schema["properties"]["rl"]["properties"]
     assert rl["inits"]["default"] == "all"
     runs = len(rl["seeds"]["default"]) * len(arms.BUILTIN)
-    jobs = planned_jobs(proc.stdout)
+    jobs = planned_jobs(proc.stdout + proc.stderr)
     assert (jobs["collect_shard"], jobs["train_rl"], jobs["evaluate"]) == (2, runs, runs + 2), jobs
 
 

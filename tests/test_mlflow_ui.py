@@ -202,7 +202,6 @@ def test_make_ui_lists_the_runs_links_the_arms_and_stops_on_ctrl_c(
         )
         page = f"{url}/#/experiments/{experiment.experiment_id}/runs?{query}"
         shot, arms_shot = tmp_path / "mlflow-ui.png", tmp_path / "mlflow-arms.png"
-        print(f"screenshots: {shot}, {arms_shot}")
         dom = render(browser, page, tmp_path / "chromium", shot, "1400,900")
         arms_dom = render(browser, arms_page, tmp_path / "chromium-arms", arms_shot, "1900,560")
     finally:

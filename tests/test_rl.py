@@ -343,7 +343,7 @@ LEARNING_MARGIN = 8.0
 """How far above its step-0 return an arm's held-out return must end. Chosen from the first run
 (fixed seeds, Racing-v0 200 steps, 16 held-out tracks): scratch 0.19 -> 17.71 after 16,384
 steps, kickstart 0.19 -> 18.63 after 8,192 (the expert and the clone score about 23.5 there).
-8 is under half of either gain, so a slower CPU's rounding does not decide it, and a third of
+8 is under half of either gain, so another CPU's instruction set does not decide it, and a third of
 the expert's return, far above noise: with the optimiser step removed (Adam.step a no-op) both
 runs stay at exactly 0.19 throughout."""
 
@@ -357,8 +357,8 @@ def test_ppo_training_raises_the_held_out_return(demos_and_clone, tmp_path, init
     ppo = RL_CFG["ppo"] | LEARNING_PPO
     run = {"ppo": ppo, "total_timesteps": steps, "eval_every": steps}
     result = train(demos_and_clone, tmp_path, init=init, eval_episodes=16, **run)
-    (start, end) = (row["return_mean"] for row in result.evaluations)
     assert [row["step"] for row in result.evaluations] == [0, steps]
+    (start, end) = (row["return_mean"] for row in result.evaluations)
     assert end >= start + LEARNING_MARGIN, f"{init}: {start:.2f} at step 0, {end:.2f} at {steps}"
 
 

@@ -80,10 +80,12 @@ RL_STEPS = 24 * CONFIG["rl"]["ppo"]["n_steps"] * CONFIG["rl"]["n_envs"]
 RL_OVERRIDE = {"total_timesteps": RL_STEPS, "checkpoint_every": 2048, "eval_every": 16384}
 # preempt a run once its checkpoint shows at least this many steps
 PREEMPT_AFTER = 2048
-# the scratch arm's RL job gets one minute (sbatch -t 1, the shortest SLURM has) on its first
-# attempt, which the test holds past it; its retry, and the other arm, get four hours, so that a
-# slow or loaded machine never decides how the retry ends
-RL_RUNTIME = "1 if wildcards.init == 'scratch' and attempt == 1 else 240"
+# every RL job asks for four hours; the test cuts the scratch arm's first job to one minute (the
+# shortest SLURM has) once it holds the job at a checkpoint (PastTimeLimit), so that neither a
+# slow start nor a slow retry can meet a time limit the test did not mean
+RL_RUNTIME = 240
+TIME_LIMIT = 1
+"""Minutes: the time limit the test gives the held scratch job."""
 # how long a stopped trainer may wait for its time limit (slurmctld checks every 30 s) before
 # the test lets it go on regardless (and the TIMEOUT test fails): bounds, never expectations
 TIME_LIMIT_WAIT = 600
@@ -365,8 +367,9 @@ def holds_lock_on(pids: list[int], path: Path) -> bool:
 class PastTimeLimit:
     """Holds an RL job past its time limit: once the run has a checkpoint of PREEMPT_AFTER
     steps, its trainer is stopped (SIGSTOP), so that this attempt cannot finish in time however
-    fast the machine; when SLURM ends the job for its time limit (it leaves RUNNING), the trainer
-    goes on (SIGCONT) and receives SLURM's SIGTERM, as a trainer still running would."""
+    fast the machine, and the job's time limit is cut to TIME_LIMIT (as an admin may, with
+    scontrol); when SLURM ends the job for its time limit (it leaves RUNNING), the trainer goes
+    on (SIGCONT) and receives SLURM's SIGTERM, as a trainer still running would."""
 
     def __init__(self, workdir: Path, init: str) -> None:
         self.workdir, self.init = workdir, init
@@ -391,6 +394,7 @@ class PastTimeLimit:
                 # stopped inside a tracking call: every other job's tracking would wait for it
                 self.signal(pids, signal.SIGCONT)
                 return None
+            slurm("scontrol", "update", f"JobId={jobid}", f"TimeLimit={TIME_LIMIT}")
             self.jobid, self.pids, self.stopped_at = jobid, pids, time.monotonic()
             self.seen = {"jobid": int(jobid), "step": step}
             return None
@@ -671,11 +675,11 @@ def test_requeued_rl_job_resumes_from_its_checkpoint(slurm_run: SlurmRun):
 def test_rl_job_past_its_time_limit_is_resubmitted_with_more_memory_and_resumes(
     slurm_run: SlurmRun,
 ):
-    """The scratch run's job, with one minute (sbatch -t 1) on its first attempt, is still
-    training when the minute is up (its trainer held, see PastTimeLimit): SLURM ends it
+    """The scratch run's job, its time limit cut to one minute while its trainer is held at a
+    checkpoint (see PastTimeLimit), is still training when the minute is up: SLURM ends it
     (TIMEOUT) with SIGTERM, the trainer checkpoints and exits 75, Snakemake resubmits it (the
-    profile's retries, with the profile's doubled memory and four hours) and the new job resumes
-    from the checkpoint and finishes."""
+    profile's retries, with the profile's doubled memory and the rule's four hours) and the new
+    job resumes from the checkpoint and finishes."""
     assert "scratch" in slurm_run.preempted, "the scratch RL run finished before its time limit"
     seen = slurm_run.preempted["scratch"]
     # SLURM, not the test, ended the held job (the test only waits for it to leave RUNNING)
@@ -683,7 +687,7 @@ def test_rl_job_past_its_time_limit_is_resubmitted_with_more_memory_and_resumes(
     records = slurm_run.jobs_of("train_rl", "scratch_0")
     assert [j["State"] for j in records] == ["TIMEOUT", "COMPLETED"], records
     assert records[0]["JobID"] == str(seen["jobid"])
-    assert [j["Timelimit"] for j in records] == ["00:01:00", "04:00:00"]
+    assert [j["Timelimit"] for j in records] == ["00:01:00", "04:00:00"]  # the cut, the rule's
     # the trainer caught SLURM's SIGTERM: its checkpoint, then exit status 75 (EX_TEMPFAIL), and
     # the Snakemake around it failed the job step (rather than SLURM killing it: status 0:9)
     step = job_steps(records[0]["JobID"])["0"]

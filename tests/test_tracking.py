@@ -263,7 +263,9 @@ def test_unreachable_server_never_stops_the_job(
         wait_for(lambda: attempts.first_in_flight)
         assert attempts.threads == ["mlflow-outbox"] and len(run.outbox.pending) == 21
         attempts.release()
-    # the job's end waited FLUSH_GRACE_S for the calls, then gave up on them (below)
+    # the job's end waited FLUSH_GRACE_S for the calls, then gave up on them (below): MLflow
+    # does not retry a call itself (its default: 7 times with doubling waits, minutes)
+    assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "0"
     assert set(attempts.threads) == {"mlflow-outbox"}
     assert out.read_bytes() == b"trained"
     assert "training continues" in caplog.text and "giving up on" in caplog.text

@@ -31,7 +31,6 @@ def runs(workdir: Path):
     return mlflow.search_runs(experiment_names=[EXP], output_format="list")
 
 
-@pytest.mark.slow  # the first to ask for the session's run: it starts it
 def test_dataset_is_merged_from_the_shards(test_workflow: Path):
     demos = dataset.read(results(test_workflow) / "demos" / "demos.h5", verify=True)
     n = CONFIG["collect"]["n_episodes"]
