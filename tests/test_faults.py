@@ -143,17 +143,17 @@ class KilledWrite:
 
 
 def kill_while_writing(
-    workdir: Path, config: Path, outputs: list[str], rule: str, *args: str, attempts: int = 3
+    workdir: Path, config: Path, outputs: list[str], rule: str, *args: str, attempts: int = 10
 ) -> KilledWrite:
     """Run the workflow (``args``) until a job of ``rule`` is writing one of ``outputs`` (files in
     one directory), and SIGKILL the whole workflow then, mid-write.
 
-    The temporary file of an output is seen the moment it is created (inotify) and watched until
-    it holds more than WRITTEN bytes; then the writer (whose pid is in the file's name) and the
-    workflow are stopped (SIGSTOP) at once. If the temporary file is still there once the writer
-    has stopped, the writer had not renamed it yet: the workflow is killed with the file half
-    written. If the writer was faster (the rename came first), the workflow goes on to the next
-    write, and is started again with ``--forcerun rule`` when it ends, up to ``attempts`` times.
+    The temporary file of an output is seen the moment it is created (inotify), and its writer
+    (whose pid is in the file's name) is stopped (SIGSTOP) at once, then let on a millisecond at
+    a time until the file holds more than WRITTEN bytes: the workflow is then killed with the
+    file half written. If a step took the writer past its rename (a small file), the workflow
+    goes on to the next write, and is started again with ``--forcerun rule`` when it ends, up to
+    ``attempts`` times.
     """
     directory = (workdir / outputs[0]).parent
     names = {Path(o).name for o in outputs}
@@ -168,19 +168,15 @@ def kill_while_writing(
                     if not match or match[1] not in names:
                         continue
                     writer, tmp = int(match[2]), directory / created
-                    if not _written(tmp):
-                        continue  # renamed already: the write is over
                     with contextlib.suppress(ProcessLookupError):
-                        os.kill(writer, signal.SIGSTOP)
-                    os.killpg(proc.pid, signal.SIGSTOP)
+                        os.kill(writer, signal.SIGSTOP)  # at once: the write has barely begun
                     _wait_stopped(writer)
-                    at_kill = _size(tmp)
+                    at_kill = _step_until_written(writer, tmp)
                     if at_kill is not None:  # stopped before its rename: kill it mid-write
                         _kill_group(proc)
                         return KilledWrite(tmp, at_kill)
                     with contextlib.suppress(ProcessLookupError):
-                        os.kill(writer, signal.SIGCONT)
-                    os.killpg(proc.pid, signal.SIGCONT)
+                        os.kill(writer, signal.SIGCONT)  # renamed in a step: the write is over
             if proc.poll() is None:
                 pytest.fail(f"no write of {sorted(names)} within 5 minutes")
         finally:
@@ -200,16 +196,24 @@ def _size(path: Path) -> int | None:
         return None
 
 
-def _written(path: Path, timeout: float = 120) -> bool:
-    """Whether ``path`` holds more than WRITTEN bytes before it disappears (busy-waits: a small
-    file is written in a millisecond)."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
+def _step_until_written(writer: int, path: Path, timeout: float = 600) -> int | None:
+    """Let the stopped ``writer`` run a millisecond at a time until ``path`` holds more than
+    WRITTEN bytes; its size then, the writer stopped again, or None if the file was renamed in
+    a step. Stepping, not watching a free-running writer: however loaded the machine, the
+    writer cannot run ahead of the test by more than a step."""
+    deadline = time.monotonic() + timeout  # a bound on a hang, not a speed
+    while time.monotonic() < deadline:
         size = _size(path)
-        if size is None:
-            return False
-        if size > WRITTEN:
-            return True
+        if size is None or size > WRITTEN:
+            return size
+        try:
+            os.kill(writer, signal.SIGCONT)
+        except ProcessLookupError:
+            return _size(path)
+        time.sleep(0.001)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(writer, signal.SIGSTOP)
+        _wait_stopped(writer)
     pytest.fail(f"{path.name} stayed at {_size(path)} bytes for {timeout} s")
 
 
