@@ -218,6 +218,7 @@ def build(init: str, clone_env, rl_cfg: dict | None = None, seed: int = 3) -> rl
             rl_cfg=typed(init, rl_cfg or RL_CFG),
             clone=clone,
             demos=lambda: pytest.fail("no demonstration term in this config"),
+            transitions=lambda *_: pytest.fail("no demonstration replay in this config"),
             seed=seed,
             device="cpu",
         )

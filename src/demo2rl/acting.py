@@ -13,7 +13,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 import torch
-from stable_baselines3.common.policies import ActorCriticPolicy
+from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 
 from demo2rl.policy import ObsTransform, action_rescaling, needs_rescale, policy_action_space
 from demo2rl.tasks import PolicyFn
@@ -23,16 +23,17 @@ ACT_BLOCK = 64
 
 
 def make_actor(
-    policy: ActorCriticPolicy,
+    policy: BasePolicy,
     normalizer: ObsTransform,
     action_space: gym.Space,
     deterministic: bool = True,
 ) -> PolicyFn:
     """A batched callable, raw observations ``(B, ...)`` in, env actions ``(B, ...)`` out.
 
-    Normalises (images: transposes, :class:`demo2rl.policy.ImageObs`), runs the policy (mean
-    action when ``deterministic``), clips to the policy's action bounds and maps rescaled
-    actions back to the env's range; a ``rollout`` policy. The
+    Normalises (images: transposes, :class:`demo2rl.policy.ImageObs`), runs the policy (SB3's
+    ``_predict``, as its own ``predict``: PPO's and BC's ``ActorCriticPolicy`` or an off-policy
+    arm's SAC policy; the mean action when ``deterministic``), clips to the policy's action
+    bounds and maps rescaled actions back to the env's range; a ``rollout`` policy. The
     policy always sees blocks of :data:`ACT_BLOCK` rows (padded), so an action does not depend on
     how many envs were stepped together: torch's CPU matmul rounds differently for different
     batch sizes, and the number of envs is a speed setting.
@@ -51,8 +52,9 @@ def make_actor(
             block[: len(rows)] = rows
             block[len(rows) :] = 0
             with torch.no_grad():
-                dist = policy.get_distribution(torch.as_tensor(block, device=policy.device))
-                chunks.append(dist.get_actions(deterministic=deterministic)[: len(rows)].cpu())
+                x_block = torch.as_tensor(block, device=policy.device)
+                actions = policy._predict(x_block, deterministic=deterministic)
+                chunks.append(actions[: len(rows)].cpu())
         out = torch.cat(chunks).numpy()
         if not box:
             return out.astype(np.int64)

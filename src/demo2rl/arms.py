@@ -1,21 +1,24 @@
 """The RL arms: one record per arm, and the registry every other part of demo2rl reads them from.
 
-An arm is how an RL run uses the demonstrations. Every arm trains stable-baselines3's PPO with the
-same hyperparameters (``rl.ppo``), budget and env; arms differ only in the policy a run starts
-from and in a guide term added to PPO's updates. Each :class:`Arm` says everything about itself
-once: its name (the value in ``rl.inits`` and the ``init`` wildcard), its label and colour (in
-every table and figure), the ``rl`` config section that only its runs read, whether it needs the
-behaviour clone (the rules' inputs), which action spaces it supports (the task probe) and where
-its start lives (the function that builds its PPO model and guide term, in
-:mod:`demo2rl.rl.recipe`). The summary's groups and comparisons (:mod:`demo2rl.groups`), the
-figures' colours, the probe's checks, the rules' inputs and the trainer's start all derive from
-:data:`REGISTRY`; nothing else names an arm.
+An arm is how an RL run uses the demonstrations. An arm trains one stable-baselines3 algorithm
+(:data:`ALGORITHMS`): PPO, on-policy, or SAC, off-policy; every arm of one algorithm shares its
+hyperparameters and budget (``rl.ppo`` with ``rl.total_timesteps``, ``rl.sac`` with its own
+``total_timesteps``: an off-policy step costs more) and the env. Each algorithm has a control arm
+that uses no demonstrations (scratch PPO, plain SAC): a demo arm is compared with its own
+algorithm's control (what the demonstrations add) and with scratch PPO (what a user gets over the
+default). Each :class:`Arm` says everything about itself once: its name (the value in ``rl.inits``
+and the ``init`` wildcard), its label and colour (in every table and figure), its algorithm and
+control, the ``rl`` config section that only its runs read, whether it needs the behaviour clone
+(the rules' inputs), which action spaces it supports (the task probe) and where its start lives
+(the function that builds its model, in :mod:`demo2rl.rl.recipe`). The summary's groups and
+comparisons (:mod:`demo2rl.groups`), the figures' colours, the probe's checks, the rules' inputs
+and the trainer's start all derive from :data:`REGISTRY`; nothing else names an arm.
 
 A built-in arm names its start function in :mod:`demo2rl.rl.recipe` (an arm registered from
 elsewhere gives the function itself). So this module stays light (the rules, the probe and the
-summary import it without torch), and the code fingerprint of a rule that only reads an arm's
-label does not cover how the arm trains. A start takes a :class:`demo2rl.rl.recipe.Start` and
-returns the model; see there.
+summary import it without torch), and the code fingerprint of a rule that only reads an arm's label
+does not cover how the arm trains. A start takes a :class:`demo2rl.rl.recipe.Start` and returns the
+model; see there.
 
 Adding an arm: its :class:`Arm` below, its settings section (schema, a dataclass field of
 ``RLConfig``, config/config.yaml) if it has one, its start function, its tests and its line in
@@ -30,7 +33,11 @@ from typing import Any
 from demo2rl.names import rl_group
 
 CONTROL = "scratch"
-"""The arm every demo-guided arm is compared with: RL without the demonstrations."""
+"""The headline control every demo arm is also compared with: PPO without the demonstrations."""
+
+ALGORITHMS = {"PPO": "ppo", "SAC": "sac"}
+"""The stable-baselines3 algorithms arms train, and the ``rl`` section of each one's
+hyperparameters (read by every arm of that algorithm, and by no other)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +54,10 @@ class Arm:
     :param needs_clone: whether a run starts from, or is guided by, the behaviour clone (then
         its job waits for BC and is given the clone's checkpoint).
     :param action_spaces: the gymnasium action space classes it supports, by name.
+    :param algorithm: the stable-baselines3 algorithm its runs train (a key of
+        :data:`ALGORITHMS`).
+    :param control: the arm of the same algorithm without demonstrations that this one is
+        compared with (what the demonstrations add); None for a control itself.
 
     The label and the colour only say how results are shown: the code fingerprints leave them
     out (:data:`demo2rl.provenance.PRESENTATION`), and the rules that draw or tabulate take them
@@ -60,10 +71,26 @@ class Arm:
     section: str | None = None
     needs_clone: bool = True
     action_spaces: tuple[str, ...] = ("Box", "Discrete")
+    algorithm: str = "PPO"
+    control: str | None = CONTROL
 
     def __post_init__(self) -> None:
         if not self.name.replace("_", "").isalnum() or not self.name.isascii():
             raise ValueError(f"arm name {self.name!r}: letters, digits and underscores only")
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(
+                f"arm {self.name!r}: algorithm {self.algorithm!r} (known: {', '.join(ALGORITHMS)})"
+            )
+
+    @property
+    def algorithm_section(self) -> str:
+        """The ``rl`` section of its algorithm's hyperparameters (``ppo``, ``sac``)."""
+        return ALGORITHMS[self.algorithm]
+
+    @property
+    def off_policy(self) -> bool:
+        """Whether its runs learn from a replay buffer (their budget is ``rl.sac``'s)."""
+        return self.algorithm != "PPO"
 
     @property
     def group(self) -> str:
@@ -145,6 +172,34 @@ register(
         color="tab:green",
         start="scratch",
         needs_clone=False,
+        control=None,
+    )
+)
+# off-policy: SAC whose every batch is half demonstrations, half its own replay (RLPD's recipe),
+# optionally starting its actor from the clone and exploring with the clone during its warm-up
+register(
+    Arm(
+        name="rlpd",
+        label="SAC on demos + replay",
+        color="tab:cyan",
+        start="demo_sac",
+        section="rlpd",
+        action_spaces=("Box",),
+        algorithm="SAC",
+        control="sac",
+    )
+)
+# off-policy, no demonstrations: the SAC control (same critics, n-step returns and budget)
+register(
+    Arm(
+        name="sac",
+        label="SAC from scratch",
+        color="tab:olive",
+        start="sac_control",
+        needs_clone=False,
+        action_spaces=("Box",),
+        algorithm="SAC",
+        control=None,
     )
 )
 BUILTIN = names()

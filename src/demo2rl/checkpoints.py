@@ -3,7 +3,8 @@
 A checkpoint is plain data that ``torch.load(weights_only=True)`` reads (no pickle): the state
 dict, the normalised ``policy`` config slice, the task's observation and action spaces (as
 :func:`demo2rl.dataset.describe_space` describes them), the observation normalisation, a
-:class:`~demo2rl.policy.ResidualPolicy`'s base and free-form ``meta`` (dataset hash, config,
+:class:`~demo2rl.policy.ResidualPolicy`'s base, an off-policy arm's SAC network spec (its
+actor acts; :func:`demo2rl.policy.build_sac_policy`) and free-form ``meta`` (dataset hash, config,
 package versions, code revision). Loading checks all of it against the task and the config and
 raises :class:`CheckpointError` naming the file and the first mismatch, so a stage never acts or
 trains with a network that does not belong to its run. (PPO's own resumable training state is
@@ -20,13 +21,19 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from stable_baselines3.common.policies import ActorCriticPolicy
+from stable_baselines3.common.policies import BasePolicy
 
 from demo2rl import provenance
 from demo2rl.config import ConfigError, PolicyConfig
 from demo2rl.dataset import describe_space, space_mismatch
 from demo2rl.io import atomic_path
-from demo2rl.policy import ObsTransform, ResidualPolicy, build_policy, obs_transform_from_dict
+from demo2rl.policy import (
+    ObsTransform,
+    ResidualPolicy,
+    build_policy,
+    build_sac_policy,
+    obs_transform_from_dict,
+)
 
 CHECKPOINT_FORMAT = "demo2rl-policy"
 CHECKPOINT_VERSION = 1
@@ -53,15 +60,17 @@ class CheckpointError(ValueError):
 
 def save_checkpoint(
     path: str | os.PathLike[str],
-    policy: ActorCriticPolicy,
+    policy: BasePolicy,
     normalizer: ObsTransform,
     *,
     policy_cfg: PolicyConfig,
     observation_space: gym.Space,
     action_space: gym.Space,
     meta: Mapping[str, Any],
+    sac_spec: Mapping[str, Any] | None = None,
 ) -> None:
     """Write the policy checkpoint atomically: plain data that ``weights_only=True`` loads.
+    ``sac_spec``: the network of an off-policy arm's SAC policy (None for PPO's and BC's).
 
     ``meta`` (e.g. dataset hash, config slice) is stored with package versions and the code
     revision added unless it has them.
@@ -79,6 +88,7 @@ def save_checkpoint(
         "normalizer": normalizer.to_dict(),
         "meta": meta_out,
         "residual_base": policy.base_spec if isinstance(policy, ResidualPolicy) else None,
+        "sac": None if sac_spec is None else dict(sac_spec),
     }
     with atomic_path(path) as tmp, open(tmp, "wb") as fh:
         torch.save(checkpoint, fh)  # to a Python file: a full disk raises ENOSPC, not a bare error
@@ -89,8 +99,10 @@ def load_checkpoint(
     observation_space: gym.Space,
     action_space: gym.Space,
     policy_cfg: PolicyConfig | None = None,
-) -> tuple[ActorCriticPolicy, ObsTransform, dict[str, Any]]:
+) -> tuple[BasePolicy, ObsTransform, dict[str, Any]]:
     """Build the policy, load the checkpoint strictly; returns (policy, normalizer, checkpoint).
+    The policy is an ``ActorCriticPolicy`` (BC's, PPO's) or, for an off-policy arm's checkpoint,
+    a SAC policy: both act through SB3's ``_predict`` (:func:`demo2rl.acting.make_actor`).
 
     With ``policy_cfg`` the checkpoint must match that network config (a stage about to train it
     further); without, the network is built from the config the checkpoint records (a stage that
@@ -126,7 +138,12 @@ def load_checkpoint(
     problem = _architecture_mismatch(saved, cfg)
     if problem:
         raise CheckpointError(path, problem)
-    policy = build_policy(observation_space, action_space, cfg, ckpt.get("residual_base"))
+    if ckpt.get("sac") is not None:
+        if policy_cfg is not None:
+            raise CheckpointError(path, "an off-policy arm's SAC policy: no stage trains on it")
+        policy: BasePolicy = build_sac_policy(observation_space, action_space, ckpt["sac"])
+    else:
+        policy = build_policy(observation_space, action_space, cfg, ckpt.get("residual_base"))
     try:
         policy.load_state_dict(ckpt["state_dict"], strict=True)
     except RuntimeError as err:

@@ -270,21 +270,64 @@ class KickstartConfig(Section):
 
 
 @dataclasses.dataclass(frozen=True)
+class SACConfig(Section):
+    """``rl.sac``: the off-policy arms' budget and SAC hyperparameters (see config/schema.yaml)."""
+
+    PATH = "rl.sac"
+    total_timesteps: int
+    buffer_size: int
+    learning_starts: int
+    batch_size: int
+    learning_rate: float
+    gamma: float
+    tau: float
+    ent_coef: str | float
+    updates_per_step: int
+    n_steps: int
+    n_critics: int
+    critic_net_arch: list[int]
+    critic_layer_norm: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class RLPDConfig(Section):
+    """``rl.rlpd``: the demonstrations in the rlpd arm's batches, and how its actor starts."""
+
+    PATH = "rl.rlpd"
+    demo_fraction: float
+    actor_from_clone: bool
+    log_std: float
+    clone_warmup: bool
+
+
+@dataclasses.dataclass(frozen=True)
 class RLConfig(Section):
-    """``rl`` as one run reads it: rules/rl.smk gives a run its arm's own section only (None
-    for the others), and neither the seed and arm lists nor ``checkpoint_every`` (a speed
-    setting, passed as a resource)."""
+    """``rl`` as one run reads it: rules/rl.smk gives a run its algorithm's section and its
+    arm's own section only (None for the others; an off-policy run's budget is in ``sac``, so it
+    is not given ``total_timesteps``), and neither the seed and arm lists nor ``checkpoint_every``
+    (a speed setting, passed as a resource)."""
 
     PATH = "rl"
-    total_timesteps: int
+    total_timesteps: int | None
     n_envs: int
     vec_env: str
     device: str
     eval_every: int
-    ppo: PPOConfig
+    ppo: PPOConfig | None
+    sac: SACConfig | None
     warm_start: WarmStartConfig | None
     residual: ResidualConfig | None
     kickstart: KickstartConfig | None
+    rlpd: RLPDConfig | None
+
+    @property
+    def budget(self) -> int:
+        """Env steps of the run: ``sac.total_timesteps`` for an off-policy arm, else
+        ``total_timesteps``."""
+        budget = self.sac.total_timesteps if self.sac is not None else self.total_timesteps
+        if budget is None:
+            raise ConfigError(f"{self.PATH}.total_timesteps", "missing")
+        return budget
 
 
 @dataclasses.dataclass(frozen=True)

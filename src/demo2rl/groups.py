@@ -2,8 +2,9 @@
 
 ``expert``, ``bc`` (the behaviour clone), and one group ``rl_<arm>`` per RL arm (the runs of
 that arm over seeds; names in :mod:`demo2rl.names`). The arms, their labels and their order come
-from the registry (:mod:`demo2rl.arms`); :data:`demo2rl.arms.CONTROL` (``scratch``) is the control
-every demo-guided arm is compared with.
+from the registry (:mod:`demo2rl.arms`): a demo arm is compared with its own algorithm's control
+(what the demonstrations add), with :data:`demo2rl.arms.CONTROL` (``scratch`` PPO, what a user
+gets over the default) and with the clone.
 """
 
 from __future__ import annotations
@@ -49,11 +50,24 @@ def _looks(group: str) -> tuple[str, str]:
 
 def arm_rl_config(rl_cfg: Mapping[str, Any], arm: str) -> dict[str, Any]:
     """The ``rl`` config a run of ``arm`` reads: not the seed and arm lists (adding a seed or an
-    arm must not rerun the others), not ``checkpoint_every`` (a speed setting), and of the arms'
-    own sections (:func:`demo2rl.arms.sections`) only its own."""
+    arm must not rerun the others), not ``checkpoint_every`` (a speed setting), of the
+    algorithms' sections (:data:`demo2rl.arms.ALGORITHMS`) only its own algorithm's (an
+    off-policy arm's budget is in it, so not ``total_timesteps`` either), and of the arms' own
+    sections (:func:`demo2rl.arms.sections`) only its own."""
+    record = arms.get(arm)
     skip = {"seeds", "inits", "checkpoint_every"}
+    skip |= {s for s in arms.ALGORITHMS.values() if s != record.algorithm_section}
+    skip |= {"total_timesteps"} if record.off_policy else set()
     skip |= {section for section, owner in arms.sections().items() if owner != arm}
     return {k: v for k, v in rl_cfg.items() if k not in skip}
+
+
+def arm_budget(rl_cfg: Mapping[str, Any], arm: str) -> int:
+    """Env steps per run of ``arm`` under the ``rl`` config: its algorithm's budget
+    (``rl.total_timesteps`` for PPO, ``rl.sac.total_timesteps`` for the off-policy arms)."""
+    if arms.get(arm).off_policy:
+        return int(rl_cfg["sac"]["total_timesteps"])
+    return int(rl_cfg["total_timesteps"])
 
 
 def policy_group(name: str) -> str:
@@ -73,13 +87,21 @@ def comparison_key(x: str, y: str) -> str:
 
 
 def comparisons(groups: Sequence[str]) -> list[tuple[str, str]]:
-    """The pairs (X, Y) whose P(X > Y) is reported, among ``groups``: every demo-guided arm
-    against RL from scratch (the headline) and against the clone, and scratch against the clone."""
-    control = arms.get(arms.CONTROL).group
-    guided = [g for g in arm_groups() if g != control and g in groups]
-    clone = names.BC
-    pairs = [(a, control) for a in guided] + [(a, clone) for a in guided] + [(control, clone)]
-    return [(x, y) for x, y in pairs if x in groups and y in groups]
+    """The pairs (X, Y) whose P(X > Y) is reported, among ``groups``: every demo arm against its
+    own algorithm's control (what the demonstrations add) and against scratch PPO (the headline),
+    every arm but scratch against the clone, and each off-policy control against scratch PPO."""
+    scratch = arms.get(arms.CONTROL).group
+    present = [arms.get(names.group_arm(g) or g) for g in arm_groups() if g in groups]
+    pairs: list[tuple[str, str]] = []
+    for arm in (a for a in present if a.control is not None):
+        own = arms.get(arm.control).group
+        pairs += [(arm.group, own)] + ([(arm.group, scratch)] if own != scratch else [])
+    pairs += [(a.group, scratch) for a in present if a.control is None and a.name != arms.CONTROL]
+    pairs += [(a.group, names.BC) for a in present if a.name != arms.CONTROL] + [
+        (scratch, names.BC)
+    ]
+    seen = dict.fromkeys((x, y) for x, y in pairs if x in groups and y in groups)
+    return list(seen)
 
 
 def best_rl_run(records: Sequence[Mapping[str, Any]]) -> str | None:

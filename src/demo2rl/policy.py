@@ -374,6 +374,70 @@ def actor_spec(policy: ActorCriticPolicy) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------------------
+# the off-policy arms' network (SAC)
+
+
+def sac_policy_kwargs(spec: Mapping[str, Any], observation_space: gym.Space) -> dict[str, Any]:
+    """SB3 ``policy_kwargs`` of our SAC policy (:class:`demo2rl.rl.sac.FastSAC`'s) from a
+    network ``spec`` (:func:`demo2rl.rl.recipe.sac_spec`): the actor's ``pi`` and the critics'
+    ``qf`` layers, the activation, the critic ensemble; for images the image encoder, one for
+    the actor and one shared by the critics (SB3's default for SAC: the actor's loss does not
+    train the critics' encoder, nor theirs the actor's)."""
+    kwargs: dict[str, Any] = {
+        "net_arch": {"pi": list(spec["pi"]), "qf": list(spec["qf"])},
+        "activation_fn": ACTIVATIONS[spec["activation"]],
+        "n_critics": int(spec["n_critics"]),
+        "critic_layer_norm": bool(spec["critic_layer_norm"]),
+    }
+    if is_image(observation_space):
+        kwargs["features_extractor_class"] = ENCODERS[spec["cnn"]]
+    return kwargs
+
+
+def build_sac_policy(
+    observation_space: gym.Space, action_space: gym.Space, spec: Mapping[str, Any]
+) -> BaseModel:
+    """The SAC policy (actor and critics) of a network ``spec`` on the CPU, for acting with a
+    trained one (:func:`demo2rl.checkpoints.load_checkpoint`); spaces as in :func:`build_policy`."""
+    from demo2rl.rl.sac import FastSAC  # (imports the rl package: not at module level)
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return FastSAC.policy_aliases["MlpPolicy"](
+            policy_observation_space(observation_space),
+            policy_action_space(action_space),
+            ConstantSchedule(0.0),
+            optimizer_class=NoOptimizer,
+            **sac_policy_kwargs(spec, observation_space),
+        )
+    finally:
+        torch.set_num_threads(threads)
+
+
+def load_sac_actor(sac_policy: Any, clone: ActorCriticPolicy, log_std: float) -> None:
+    """Start a SAC actor from a Gaussian clone of the same hidden layers: its encoder, hidden
+    layers and mean layer take the clone's weights; its (state-dependent) log-std layer is set to
+    the constant ``log_std``. SAC squashes the mean through tanh, so the actor's deterministic
+    action is tanh of the clone's: the same near 0, milder towards the bounds."""
+    actor = sac_policy.actor
+    if not hasattr(clone, "log_std"):
+        raise ValueError("only a Gaussian clone (Box actions) can start a SAC actor")
+    try:
+        actor.latent_pi.load_state_dict(clone.mlp_extractor.policy_net.state_dict())
+        actor.mu.load_state_dict(clone.action_net.state_dict())
+        encoder = clone.pi_features_extractor
+        actor.features_extractor.load_state_dict(encoder.state_dict())
+    except RuntimeError as err:
+        raise ValueError(
+            f"the clone's actor does not fit the SAC actor (policy.net_arch pi): {err}"
+        ) from err
+    with torch.no_grad():
+        actor.log_std.weight.zero_()
+        actor.log_std.bias.fill_(log_std)
+
+
+# --------------------------------------------------------------------------------------------
 # observation normalisation
 
 

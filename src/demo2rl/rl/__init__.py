@@ -1,7 +1,9 @@
-"""Reinforcement learning from the demonstrations: PPO in the arms of :mod:`demo2rl.arms`.
+"""Reinforcement learning from the demonstrations: PPO and SAC in the arms of :mod:`demo2rl.arms`.
 
 * :mod:`demo2rl.rl.recipe`: the recipe, read top to bottom: the env, where each arm starts, the
   critic warm-up and the guide terms in PPO's update.
+* :mod:`demo2rl.rl.sac`: our SAC update (SB3's mathematics, a batched critic ensemble).
+* :mod:`demo2rl.rl.replay`: the off-policy arms' replay, demonstrations in every batch.
 * :mod:`demo2rl.rl.job`: the train_rl job's spec (:class:`RLJob`).
 * :mod:`demo2rl.rl.trainer`: one run around the recipe: inputs, resume, evaluation and checkpoint
   schedule, SIGTERM.
@@ -11,7 +13,15 @@
 
 from demo2rl.rl.job import RLJob
 from demo2rl.rl.progress import evaluations_table, progress_table
-from demo2rl.rl.recipe import Guide, GuidedPPO, Start, build_model, make_training_env
+from demo2rl.rl.recipe import (
+    DemoSAC,
+    Guide,
+    GuidedPPO,
+    Start,
+    build_model,
+    make_training_env,
+    sac_spec,
+)
 from demo2rl.rl.state import (
     CHECKPOINT,
     KEY,
@@ -30,6 +40,7 @@ __all__ = [
     "KEY",
     "PREEMPTED_EXIT_CODE",
     "STATE",
+    "DemoSAC",
     "Guide",
     "GuidedPPO",
     "Preempted",
@@ -45,6 +56,7 @@ __all__ = [
     "make_training_env",
     "progress_table",
     "run_key",
+    "sac_spec",
     "save_state",
     "train_rl",
 ]

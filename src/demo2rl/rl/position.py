@@ -5,9 +5,11 @@ stable-baselines3 saves a model's weights and optimizer, but not the rest of wha
 rollout depends on. A :class:`Position` holds it:
 
 * the random streams: torch's (the policy's action sampling, the guide's minibatches; CUDA's
-  too on a GPU), numpy's global one (PPO shuffles its minibatches with it) and Python's;
-* PPO's place in the env: the last observation and which envs start an episode, and the
-  finished episodes' statistics SB3 logs;
+  too on a GPU), numpy's global one (PPO shuffles its minibatches with it, SB3's replay samples
+  its batches with it), Python's, and the action space's (SAC's random warm-up actions);
+* the algorithm's place in the env: the last observation (an off-policy run's unnormalised one
+  too, what its replay stores) and which envs start an episode, and the finished episodes'
+  statistics SB3 logs;
 * what the logger holds for the next progress row (the last update's losses, an evaluation);
 * the env's own state, when its VecEnv can give it: ``state_dict()`` returning a flat mapping
   of names to numpy arrays or JSON-able values, and ``load_state_dict(state)`` putting it back
@@ -52,6 +54,7 @@ class Position:
     successes: list[Any]
     env: dict[str, Any] | None
     pending_log: str = "{}"
+    last_original_obs: Any = None
 
     @property
     def env_saved(self) -> bool:
@@ -75,6 +78,9 @@ def capture(model: BaseAlgorithm) -> Position:
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         rng["cuda"] = torch.cuda.get_rng_state_all()
+    space_rng = model.action_space._np_random
+    if space_rng is not None:
+        rng["action_space"] = json.dumps(space_rng.bit_generator.state)
     return Position(
         timesteps=int(model.num_timesteps),
         n_updates=int(model._n_updates),
@@ -90,6 +96,7 @@ def capture(model: BaseAlgorithm) -> Position:
                 "excluded": model.logger.name_to_excluded,
             }
         ),
+        last_original_obs=_copy(getattr(model, "_last_original_obs", None)),
     )
 
 
@@ -116,14 +123,21 @@ def restore(model: BaseAlgorithm, position: Position) -> None:
         env.unwrapped._reset_seeds()  # the seeds of the build's seeding: no reset will use them
         model._last_obs = _copy(position.last_obs)
         model._last_episode_starts = position.episode_starts.copy()
+        if position.last_original_obs is not None:
+            model._last_original_obs = _copy(position.last_original_obs)
     else:
         model._last_obs = env.reset()
         model._last_episode_starts = np.ones(env.num_envs, dtype=bool)
+        normalizing = getattr(model, "_vec_normalize_env", None)
+        if normalizing is not None:  # what SB3 does at a reset: what a replay stores
+            model._last_original_obs = normalizing.get_original_obs()
     torch.set_rng_state(position.rng["torch"])
     if "cuda" in position.rng and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(position.rng["cuda"])
     np.random.set_state(_numpy_from(position.rng["numpy"]))  # noqa: NPY002 (what SB3 draws from)
     random.setstate(_python_from(position.rng["python"]))
+    if "action_space" in position.rng:
+        model.action_space.np_random.bit_generator.state = json.loads(position.rng["action_space"])
 
 
 def to_tensors(position: Position) -> dict[str, Any]:
@@ -138,6 +152,7 @@ def to_tensors(position: Position) -> dict[str, Any]:
         "successes": json.dumps([bool(s) for s in position.successes]),
         "env": None if position.env is None else _tensors(position.env),
         "pending_log": position.pending_log,
+        "last_original_obs": _tensors(position.last_original_obs),
     }
 
 
@@ -153,6 +168,7 @@ def from_tensors(saved: dict[str, Any]) -> Position:
         successes=json.loads(saved["successes"]),
         env=None if saved["env"] is None else _arrays(saved["env"]),
         pending_log=saved["pending_log"],
+        last_original_obs=_arrays(saved["last_original_obs"]),
     )
 
 

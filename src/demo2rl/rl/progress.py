@@ -16,9 +16,12 @@ log = logging.getLogger(__package__)  # "demo2rl.rl", as in every job log before
 
 
 class LogLines(KVWriter):
-    """One line per rollout in the job's log: step, fps, return and the losses."""
+    """One line per progress row in the job's log: step, fps, return and the losses."""
 
-    KEYS = ("rollout/ep_rew_mean", "time/fps", "train/loss", "train/approx_kl", "eval/return_mean")
+    KEYS = (
+        *("rollout/ep_rew_mean", "time/fps", "train/loss", "train/approx_kl"),
+        *("train/critic_loss", "train/actor_loss", "train/ent_coef", "eval/return_mean"),
+    )
 
     def __init__(self, total_timesteps: int) -> None:
         self.total = total_timesteps

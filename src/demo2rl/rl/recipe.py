@@ -1,17 +1,20 @@
 """The RL recipe: the env every arm trains in, where each arm starts, and PPO's guided update.
 
-Every arm (:mod:`demo2rl.arms`, the registry) is stable-baselines3's PPO with the same
-hyperparameters (``rl.ppo``), budget and env; arms differ only in the policy they start from and
-in a guide term added to PPO's updates. Read top to bottom: 1. the env every arm trains in,
-2. where each arm starts (one start function per arm, named by its registry record, each given a
-:class:`Start`), 3. what changes in PPO's update (:class:`GuidedPPO`: the critic warm-up and the
-guide term of :class:`Guide`). What runs around it (resuming, evaluation and checkpoint schedule,
-SIGTERM, logging) is in :mod:`demo2rl.rl.trainer`.
+Every arm (:mod:`demo2rl.arms`, the registry) trains one stable-baselines3 algorithm with its
+algorithm's hyperparameters (``rl.ppo`` or ``rl.sac``), budget and the same env; the PPO arms
+differ only in the policy they start from and in a guide term added to PPO's updates, the SAC
+arms in what fills their batches (:mod:`demo2rl.rl.replay`) and where their actor starts. Read
+top to bottom: 1. the env every arm trains in, 2. where each arm starts (one start function per
+arm, named by its registry record, each given a :class:`Start`), 3. what changes in PPO's update
+(:class:`GuidedPPO`: the critic warm-up and the guide term of :class:`Guide`), 4. the SAC arms
+(:class:`DemoSAC`). What runs around it (resuming, evaluation and checkpoint schedule, SIGTERM,
+logging) is in :mod:`demo2rl.rl.trainer`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -26,6 +29,7 @@ from stable_baselines3.common.vec_env import VecCheckNan, VecEnv, VecNormalize
 
 from demo2rl import arms, dataset, guidance, policy, vec
 from demo2rl.config import PolicyConfig, RLConfig, TaskConfig
+from demo2rl.rl import replay, sac
 
 # --------------------------------------------------------------------------------------------
 # 1. the env: rl.n_envs copies, actions in [-1, 1], vector observations normalised (frozen)
@@ -119,8 +123,10 @@ class Start:
     :param rl_cfg: the ``rl`` section of the run (its arm's own section only).
     :param clone: the behaviour clone (in normalised observations), for an arm that needs it.
     :param demos: returns the demonstrations' normalised states and guide targets when called.
+    :param transitions: returns the demonstrations' training split as n-step transitions (for
+        ``n_steps`` and ``gamma``), actions in the policy's [-1, 1], when called.
     :param seed: the run's training seed.
-    :param device: where PPO trains.
+    :param device: where the model trains.
     """
 
     arm: arms.Arm
@@ -129,6 +135,7 @@ class Start:
     rl_cfg: RLConfig
     clone: ActorCriticPolicy | None
     demos: Callable[[], tuple[torch.Tensor, torch.Tensor]]
+    transitions: Callable[[int, float], replay.DemoTransitions]
     seed: int
     device: torch.device | str
 
@@ -136,6 +143,39 @@ class Start:
     def settings(self) -> Any:
         """The arm's own ``rl`` section (None for an arm without one)."""
         return getattr(self.rl_cfg, self.arm.section) if self.arm.section else None
+
+    def sac(self, demo_fraction: float) -> DemoSAC:
+        """A fresh SAC model on the run's env, seed and ``rl.sac`` hyperparameters, its actor the
+        network config's ``pi`` layers (as the clone's), its replay a
+        :class:`demo2rl.rl.replay.DemoReplayBuffer` mixing ``demo_fraction`` demonstrations into
+        every batch (0: none)."""
+        cfg = self.rl_cfg.sac
+        assert cfg is not None
+        return DemoSAC(
+            "MlpPolicy",
+            self.env,
+            learning_rate=cfg.learning_rate,
+            buffer_size=cfg.buffer_size,
+            learning_starts=cfg.learning_starts,
+            batch_size=cfg.batch_size,
+            tau=cfg.tau,
+            gamma=cfg.gamma,
+            train_freq=1,
+            gradient_steps=cfg.updates_per_step * self.env.num_envs,
+            ent_coef=cfg.ent_coef,
+            replay_buffer_class=replay.DemoReplayBuffer,
+            replay_buffer_kwargs={
+                "demo_fraction": demo_fraction,
+                "n_steps": cfg.n_steps,
+                "gamma": cfg.gamma,
+            },
+            policy_kwargs=policy.sac_policy_kwargs(
+                sac_spec(self.policy_cfg, cfg), self.env.observation_space
+            ),
+            seed=self.seed,
+            device=self.device,
+            verbose=0,
+        )
 
     def ppo(
         self, policy_class: str | type[ActorCriticPolicy] = "MlpPolicy", **policy_kwargs: Any
@@ -154,8 +194,8 @@ class Start:
         )
 
 
-def build_model(start: Start) -> GuidedPPO:
-    """The PPO model of ``start.arm``, ready to learn: its registered start function's."""
+def build_model(start: Start) -> GuidedPPO | DemoSAC:
+    """The model of ``start.arm``, ready to learn: its registered start function's."""
     arm = start.arm
     if arm.needs_clone and start.clone is None:
         raise ValueError(f"the {arm.name} arm needs a BC checkpoint")
@@ -185,7 +225,7 @@ def warm_start(start: Start) -> GuidedPPO:
     model.critic_warmup = warm.critic_warmup_steps
     if warm.bc_coef > 0:
         states, targets = start.demos()
-        total = start.rl_cfg.total_timesteps
+        total = start.rl_cfg.budget
         model.guide = Guide(warm.bc_coef, warm.bc_decay, total, states, targets)
     return model
 
@@ -212,7 +252,30 @@ def kickstart(start: Start) -> GuidedPPO:
     assert kick is not None and clone is not None
     model = start.ppo()
     teacher = clone.to(model.device).requires_grad_(False)
-    model.guide = Guide(kick.coef, kick.decay, start.rl_cfg.total_timesteps, teacher=teacher)
+    model.guide = Guide(kick.coef, kick.decay, start.rl_cfg.budget, teacher=teacher)
+    return model
+
+
+def sac_control(start: Start) -> DemoSAC:
+    """SAC from a fresh actor and critics, its batches its own replay only: the off-policy
+    control (the same critics, n-step returns and budget as the rlpd arm)."""
+    return start.sac(demo_fraction=0.0)
+
+
+def demo_sac(start: Start) -> DemoSAC:
+    """SAC whose every batch is ``rlpd.demo_fraction`` demonstrations (the training split, as
+    n-step transitions: :class:`demo2rl.rl.replay.DemoReplayBuffer`); optionally the actor
+    starts from the clone (``rlpd.actor_from_clone``) and the warm-up acts with the clone
+    (``rlpd.clone_warmup``), both exploring with log-std ``rlpd.log_std``."""
+    cfg, clone, sac_cfg = start.settings, start.clone, start.rl_cfg.sac
+    assert cfg is not None and clone is not None and sac_cfg is not None
+    model = start.sac(demo_fraction=cfg.demo_fraction)
+    demos = start.transitions(sac_cfg.n_steps, sac_cfg.gamma)
+    model.replay_buffer.set_demos(channels_as(demos, model.observation_space))
+    if cfg.actor_from_clone:
+        policy.load_sac_actor(model.policy, clone, cfg.log_std)
+    if cfg.clone_warmup:
+        model.warmup_policy = noisy_copy(clone, cfg.log_std, model.device)
     return model
 
 
@@ -229,6 +292,28 @@ def demo_tensors(
     actions = torch.as_tensor(policy.scale_actions(demos.steps["actions"][rows], action_space))
     targets = guidance.demo_targets(actions, policy.policy_action_space(action_space))
     return torch.as_tensor(obs, device=device), targets.to(device)
+
+
+def demo_transitions(
+    demos: dataset.Demos, action_space: gym.Space, n_steps: int, gamma: float
+) -> replay.DemoTransitions:
+    """The training split's episodes as n-step transitions (:func:`demo2rl.rl.replay.
+    demo_transitions`), observations raw (the replay normalises them as it does its own),
+    actions in the policy's [-1, 1] (clipped there, as the env clips them) and the true
+    rewards."""
+    episodes = demos.split["train"] if demos.split is not None else np.arange(demos.n_episodes)
+    rows = demos.step_rows(episodes)
+    actions = policy.scale_actions(demos.steps["actions"][rows], action_space)
+    return replay.demo_transitions(
+        demos.steps["observations"][rows],
+        demos.episodes["final_observation"][episodes],
+        np.clip(actions, -1.0, 1.0).reshape(len(rows), -1),
+        demos.steps["rewards"][rows],
+        demos.steps["terminated"][rows],
+        demos.episodes["length"][episodes],
+        n_steps=n_steps,
+        gamma=gamma,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -348,3 +433,63 @@ def frozen(params: list[torch.nn.Parameter]) -> Iterator[None]:
     finally:
         for p in params:
             p.requires_grad_(True)
+
+
+# --------------------------------------------------------------------------------------------
+# 4. the SAC arms
+
+
+def sac_spec(policy_cfg: PolicyConfig, sac_cfg: Any) -> dict[str, Any]:
+    """The SAC network of a run, as plain values (also what its policy checkpoint records):
+    the actor's hidden layers and activation are the ``policy`` config's (``pi``, as the
+    clone's, so it can start from the clone), the critics' ``rl.sac``'s."""
+    return {
+        "pi": list(policy_cfg.net_arch["pi"]),
+        "qf": list(sac_cfg.critic_net_arch),
+        "activation": policy_cfg.activation,
+        "n_critics": sac_cfg.n_critics,
+        "critic_layer_norm": sac_cfg.critic_layer_norm,
+        "cnn": policy_cfg.cnn,
+    }
+
+
+def channels_as(demos: replay.DemoTransitions, space: gym.Space) -> replay.DemoTransitions:
+    """``demos`` with its frames channels-first where ``space`` (the model's, after SB3's
+    ``VecTransposeImage``) is and the dataset's channels-last frames are not."""
+    frames = demos.frames
+    if frames.ndim == 4 and frames.shape[1:] != space.shape:
+        transposed = (frames.shape[3], frames.shape[1], frames.shape[2])
+        if transposed == space.shape:
+            return dataclasses.replace(
+                demos, frames=np.ascontiguousarray(frames.transpose(0, 3, 1, 2))
+            )
+    return demos
+
+
+def noisy_copy(
+    clone: ActorCriticPolicy, log_std: float, device: torch.device | str
+) -> ActorCriticPolicy:
+    """A frozen copy of a Gaussian clone exploring with log-std ``log_std`` (the warm-up's)."""
+    actor = copy.deepcopy(clone).to(device)
+    if hasattr(actor, "log_std"):
+        with torch.no_grad():
+            actor.log_std.fill_(log_std)
+    return actor.requires_grad_(False)
+
+
+class DemoSAC(sac.FastSAC):
+    """Our fast SAC (:class:`demo2rl.rl.sac.FastSAC`, SB3's mathematics) whose warm-up can act
+    with a given policy (the clone) instead of uniformly at random: ``warmup_policy``, None for
+    SB3's uniform warm-up."""
+
+    warmup_policy: ActorCriticPolicy | None = None
+    replay_buffer: replay.DemoReplayBuffer
+
+    def _sample_action(
+        self, learning_starts: int, action_noise: Any = None, n_envs: int = 1
+    ) -> tuple[np.ndarray, np.ndarray]:
+        if self.warmup_policy is None or self.num_timesteps >= learning_starts:
+            return super()._sample_action(learning_starts, action_noise, n_envs)
+        assert self._last_obs is not None
+        actions, _ = self.warmup_policy.predict(self._last_obs, deterministic=False)
+        return actions, self.policy.scale_action(actions)

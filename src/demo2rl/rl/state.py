@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from stable_baselines3 import PPO
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
 from demo2rl import checkpoints, io, locks
-from demo2rl.rl import position
+from demo2rl.rl import position, replay
 
 log = logging.getLogger(__package__)  # "demo2rl.rl", as in every job log before the split
 
@@ -103,15 +104,41 @@ def claim_state_dir(state_dir: Path, key: Mapping[str, Any]) -> bool:
     return False
 
 
-def save_state(path: Path, model: PPO, run: Mapping[str, Any], at: position.Position) -> None:
-    """The run's checkpoint, one file replaced atomically: the weights and optimizer state, the
-    run's own record ``run`` (its evaluations so far, its resumes) and where it stands, ``at``
+def optimizers(model: BaseAlgorithm) -> dict[str, torch.optim.Optimizer]:
+    """The model's optimizers by name: PPO's one; SAC's actor, critic and (when the entropy
+    coefficient is tuned) entropy coefficient."""
+    if not isinstance(model, OffPolicyAlgorithm):
+        return {"policy": model.policy.optimizer}
+    found = {"actor": model.actor.optimizer, "critic": model.critic.optimizer}
+    if getattr(model, "ent_coef_optimizer", None) is not None:
+        found["ent_coef"] = model.ent_coef_optimizer
+    return found
+
+
+def _trained_tensors(model: BaseAlgorithm) -> dict[str, torch.Tensor]:
+    """What a model trains beyond its policy's weights: SAC's log entropy coefficient."""
+    log_ent_coef = getattr(model, "log_ent_coef", None)
+    return {} if log_ent_coef is None else {"log_ent_coef": log_ent_coef}
+
+
+def save_state(
+    path: Path, model: BaseAlgorithm, run: Mapping[str, Any], at: position.Position
+) -> None:
+    """The run's checkpoint, one file replaced atomically: the weights and optimizer states, an
+    off-policy run's replay (:func:`demo2rl.rl.replay.buffer_state`), the run's own record
+    ``run`` (its evaluations so far, its resumes) and where it stands, ``at``
     (:mod:`demo2rl.rl.position`, taken at the same rollout start as the weights). One file, so
-    a kill never pairs one checkpoint's weights with another's evaluations. Then
+    a kill never pairs one checkpoint's weights with another's evaluations or replay. Then
     :data:`STATE`, a readable copy of ``run`` (the trainer never reads it)."""
     ckpt = {
         "policy": model.policy.state_dict(),
-        "optimizer": model.policy.optimizer.state_dict(),
+        "optimizers": {name: opt.state_dict() for name, opt in optimizers(model).items()},
+        "trained": {k: v.detach().clone() for k, v in _trained_tensors(model).items()},
+        "replay": (
+            replay.buffer_state(model.replay_buffer)
+            if isinstance(model, OffPolicyAlgorithm) and model.replay_buffer is not None
+            else None
+        ),
         "run": json.dumps(dict(run)),  # NaN kept (Python's JSON reads it back)
         "position": position.to_tensors(at),
     }
@@ -120,14 +147,24 @@ def save_state(path: Path, model: PPO, run: Mapping[str, Any], at: position.Posi
     io.write_json(path.parent / STATE, {"timesteps": at.timesteps, **run})
 
 
-def load_state(path: Path, model: PPO) -> tuple[dict[str, Any], position.Position]:
+def load_state(path: Path, model: BaseAlgorithm) -> tuple[dict[str, Any], position.Position]:
     """Load :func:`save_state`'s weights into ``model`` (built from the config in force) and
     return the run's record and position (for :func:`demo2rl.rl.position.restore`);
     ``weights_only=True``, so a crafted file cannot run code."""
     try:
         ckpt = torch.load(path, map_location=model.device, weights_only=True)
         model.policy.load_state_dict(ckpt["policy"], strict=True)
-        model.policy.optimizer.load_state_dict(ckpt["optimizer"])
+        opts = optimizers(model)
+        if set(opts) != set(ckpt["optimizers"]):
+            raise ValueError(f"optimizers {sorted(ckpt['optimizers'])}, the model's {sorted(opts)}")
+        for name, opt in opts.items():
+            opt.load_state_dict(ckpt["optimizers"][name])
+        with torch.no_grad():
+            for name, tensor in _trained_tensors(model).items():
+                tensor.copy_(ckpt["trained"][name])
+        if ckpt["replay"] is not None:
+            assert isinstance(model, OffPolicyAlgorithm) and model.replay_buffer is not None
+            replay.load_buffer_state(model.replay_buffer, ckpt["replay"])
         run, at = json.loads(ckpt["run"]), position.from_tensors(ckpt["position"])
     except Exception as err:  # unpickling refused, truncated file, foreign shapes, old format
         raise checkpoints.CheckpointError(

@@ -3,9 +3,9 @@ evaluation and checkpoint schedule, SIGTERM, logging, and the final save.
 
 Runs are resumable: every ``checkpoint_every`` env steps (and on SIGTERM, e.g. a SLURM
 preemption) the model and the run's state are saved atomically to a state directory beside the
-outputs (:mod:`demo2rl.rl.state`); a restarted job continues from there and stops at
-``rl.total_timesteps``. An uninterrupted run and a resumed one evaluate and checkpoint at the same
-steps.
+outputs (:mod:`demo2rl.rl.state`); a restarted job continues from there and stops at its
+budget (:attr:`demo2rl.config.RLConfig.budget`). An uninterrupted run and a resumed one evaluate
+and checkpoint at the same steps.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ PREEMPTED_EXIT_CODE = 75
 class RLResult:
     """What a finished run produced."""
 
-    model: recipe.GuidedPPO
+    model: recipe.GuidedPPO | recipe.DemoSAC
     normalizer: policy.ObsTransform
     evaluations: list[dict[str, float]]
     timesteps: int
@@ -58,7 +58,7 @@ def train_rl(
     key: dict[str, Any],
     log_metrics: Callable[[dict[str, float], int], None] | None = None,
 ) -> RLResult:
-    """Train one PPO run of ``job.arm`` (see :mod:`demo2rl.rl.recipe`), resuming from
+    """Train one run of ``job.arm`` (PPO or SAC) (see :mod:`demo2rl.rl.recipe`), resuming from
     ``job.state_dir``.
 
     The arms that use the clone take its observation normalisation from its checkpoint; the
@@ -103,6 +103,9 @@ def train_rl(
                     clone=clone,
                     demos=lambda: recipe.demo_tensors(
                         dataset.read(job.demos), normalizer, act_space, device
+                    ),
+                    transitions=lambda n_steps, gamma: recipe.demo_transitions(
+                        dataset.read(job.demos), act_space, n_steps, gamma
                     ),
                     seed=seed,
                     device=device,
@@ -151,7 +154,7 @@ def train_rl(
             rl_cfg.eval_every,
             job.checkpoint_every,
         )
-        total = rl_cfg.total_timesteps
+        total = rl_cfg.budget
         segment = state_dir / f"progress-{model.num_timesteps:09d}.csv"
         outputs: list[KVWriter] = [LogLines(total), CSVOutputFormat(str(segment))]
         if log_metrics is not None:
@@ -164,12 +167,20 @@ def train_rl(
         previous = signal.signal(signal.SIGTERM, lambda *_: setattr(callback, "stop", True))
         start = time.perf_counter()
         try:
-            if model.critic_warmup > model.num_timesteps:
+            if getattr(model, "critic_warmup", 0) > model.num_timesteps:
                 log.info("critic warm-up: actor frozen for %d env steps", model.critic_warmup)
             if model.num_timesteps < total:
-                model.learn(
-                    total - model.num_timesteps, callback=callback, reset_num_timesteps=False
-                )
+                try:
+                    model.learn(
+                        total - model.num_timesteps,
+                        callback=callback,
+                        reset_num_timesteps=False,
+                        # an off-policy run's rows: every LOG_EVERY steps (OnRolloutStart), not
+                        # SB3's every few episodes (several rows in one step when envs end alike)
+                        log_interval=None if schedule.off_policy else 1,
+                    )
+                except StoppedAtRolloutStart:
+                    pass  # (an off-policy run's checkpoint is saved)
             if callback.stop:
                 step = schedule.save_last_rollout_start()
                 raise Preempted(f"SIGTERM: checkpoint at step {step}")
@@ -193,6 +204,8 @@ def train_rl(
             env.close()
         end = model.num_timesteps
         schedule.maybe_evaluate(end, force=schedule.last_eval != end)
+        if schedule.off_policy and schedule.last_dump != end:
+            schedule.dump(end)
         schedule.save(position.capture(model))
         model.logger.close()  # the progress segment's file
         log.info("trained %d env steps in %.1f s", model.num_timesteps, time.perf_counter() - start)
@@ -207,10 +220,18 @@ def train_rl(
         )
 
 
+class StoppedAtRolloutStart(Exception):
+    """An off-policy run stopped by SIGTERM at a rollout start, its checkpoint saved."""
+
+
 class OnRolloutStart(BaseCallback):
-    """At each rollout start (after an update): check the update's losses are finite (its
-    weights were checked at every optimiser step); evaluate and checkpoint when due; stop the
-    rollout when SIGTERM arrived (the run then saves the state of that rollout start)."""
+    """At each rollout start (after an update): check the update's losses are finite (a PPO
+    update's weights were checked at every optimiser step); evaluate and checkpoint when due.
+
+    SIGTERM: PPO's rollout (hundreds of env steps) stops at the next env step, and the run saves
+    the state of the rollout start before it (the weights are unchanged since). An off-policy
+    run's rollout is one vector step, followed by its update: it stops at the next rollout
+    start, saving that (SB3 would drop the step it stops in, its transition never stored)."""
 
     def __init__(self, schedule: Schedule) -> None:
         super().__init__()
@@ -219,19 +240,26 @@ class OnRolloutStart(BaseCallback):
 
     def _on_rollout_start(self) -> None:
         check_update(self.model)
+        self.model.logger.record("time/cpu_s", self.schedule.cpu_seconds())
         self.schedule.maybe_evaluate(self.num_timesteps)
+        self.schedule.maybe_dump(self.num_timesteps)
         self.schedule.at_rollout_start()
+        if self.stop and self.schedule.off_policy:
+            raise StoppedAtRolloutStart
 
     def _on_step(self) -> bool:
-        return not self.stop
+        return self.schedule.off_policy or not self.stop
 
 
-LOSSES = ("loss", "policy_gradient_loss", "value_loss", "entropy_loss", "approx_kl", "guide_loss")
-"""The update's logged losses that must be finite (not explained_variance: NaN when every
-return is the same)."""
+LOSSES = (
+    *("loss", "policy_gradient_loss", "value_loss", "entropy_loss", "approx_kl", "guide_loss"),
+    *("actor_loss", "critic_loss", "ent_coef_loss"),
+)
+"""The update's logged losses (PPO's, SAC's) that must be finite (not explained_variance: NaN
+when every return is the same)."""
 
 
-def check_update(model: recipe.GuidedPPO) -> None:
+def check_update(model: recipe.GuidedPPO | recipe.DemoSAC) -> None:
     """Raise :class:`recipe.NonFiniteValue` if the last update logged a non-finite loss (its
     weights are checked after every optimiser step: :meth:`recipe.GuidedPPO.train`)."""
     logged = model.logger.name_to_value
@@ -242,13 +270,18 @@ def check_update(model: recipe.GuidedPPO) -> None:
         )
 
 
+LOG_EVERY = 2000
+"""Env steps between an off-policy run's progress rows (PPO's: one per rollout)."""
+
+
 class Schedule:
-    """When a run evaluates (every ``eval_every`` env steps, and at the end) and checkpoints
-    (every ``checkpoint_every``), counted from step 0 across resumes; and the saving itself."""
+    """When a run evaluates (every ``eval_every`` env steps, and at the end), checkpoints
+    (every ``checkpoint_every``) and, off-policy, writes a progress row (every
+    :data:`LOG_EVERY`), counted from step 0 across resumes; and the saving itself."""
 
     def __init__(
         self,
-        model: recipe.GuidedPPO,
+        model: recipe.GuidedPPO | recipe.DemoSAC,
         state_dir: Path,
         evaluate: Callable[[], dict[str, float]],
         evaluations: list[dict[str, float]],
@@ -262,6 +295,24 @@ class Schedule:
         self.last_eval = int(evaluations[-1]["step"]) if evaluations else -1
         self.last_checkpoint = model.num_timesteps
         self.rollout_start: position.Position | None = None
+        self.off_policy = not isinstance(model, recipe.GuidedPPO)
+        self.last_dump = model.num_timesteps
+        self.cpu_start = time.process_time()
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds of this process since the run (or its resume) started: each progress
+        row's ``time/cpu_s``, which restarts at a resume as SB3's ``time/time_elapsed`` does."""
+        return time.process_time() - self.cpu_start
+
+    def maybe_dump(self, step: int) -> None:
+        """An off-policy run's progress row, when due."""
+        if self.off_policy and step // LOG_EVERY > self.last_dump // LOG_EVERY:
+            self.dump(step)
+
+    def dump(self, step: int) -> None:
+        self.model.logger.record("time/cpu_s", self.cpu_seconds())
+        self.model.dump_logs()
+        self.last_dump = step
 
     def maybe_evaluate(self, step: int, force: bool = False) -> None:
         if not force and self.last_eval >= 0 and step - self.last_eval < self.eval_every:
@@ -275,10 +326,15 @@ class Schedule:
         log.info("eval at step %d: return %.2f", step, row["return_mean"])
 
     def at_rollout_start(self) -> None:
-        """Note where the run stands (what a SIGTERM during the rollout saves); checkpoint it
-        when due."""
+        """Note where the run stands (what a SIGTERM during PPO's rollout saves); checkpoint it
+        when due. (An off-policy rollout is a single vector step: its run takes a position only
+        to save it, at a due checkpoint or a SIGTERM.)"""
+        due = self.model.num_timesteps - self.last_checkpoint >= self.checkpoint_every
+        if self.off_policy and not due:
+            self.rollout_start = None
+            return
         self.rollout_start = position.capture(self.model)
-        if self.rollout_start.timesteps - self.last_checkpoint >= self.checkpoint_every:
+        if due:
             self.save(self.rollout_start)
 
     def save_last_rollout_start(self) -> int:

@@ -1,4 +1,4 @@
-"""Stage train_rl: one PPO run of an arm and seed, resumable, under a key of everything it uses."""
+"""Stage train_rl: one RL run of an arm and seed, resumable, under a key of everything it uses."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 
 def train_rl(job: rl.RLJob, run: Run) -> rl.RLResult:
-    """One PPO run of an arm and seed (:class:`demo2rl.rl.RLJob`); resumes from its state dir,
+    """One RL run of an arm and seed (:class:`demo2rl.rl.RLJob`); resumes from its state dir,
     then writes its policy, progress and evaluations (see :func:`run_key` for what resumes)."""
     digest = dataset.verify(job.demos)  # a truncated or altered dataset stops the run here
     run.log_dataset(job.demos, digest, context="training" if job.clone else "normalisation")
@@ -40,6 +40,7 @@ def train_rl(job: rl.RLJob, run: Run) -> rl.RLResult:
             "timesteps": result.timesteps,
             "config": {"policy": job.policy.to_dict(), "rl": job.rl.to_dict()},
         },
+        sac_spec=None if job.rl.sac is None else rl.sac_spec(job.policy, job.rl.sac),
     )
     with io.atomic_path(job.progress_out) as tmp:
         rl.progress_table(job.state_dir).to_csv(tmp, index=False)
