@@ -35,6 +35,10 @@ rule summarize:
         curves=lambda wc: [
             f"{rl_run_dir(V(wc), run)}/evaluations.csv" for run in V(wc).runs
         ],
+        # the same runs' SB3 progress tables (their training seconds, wall and CPU)
+        progress=lambda wc: [
+            f"{rl_run_dir(V(wc), run)}/progress.csv" for run in V(wc).runs
+        ],
     output:
         summary_json=f"{REPORT}/summary.json",
         summary_md=f"{REPORT}/summary.md",
@@ -70,8 +74,12 @@ rule summarize:
         seed=of_variant(lambda v: v.config["seed"]),
         # the RL learning curves were evaluated on this many of the held-out tracks
         curve_tracks=of_variant(lambda v: v.evaluate.during_training),
-        # the RL run of each of the curves, in their order
+        # the RL run of each of the curves and progress tables, in their order
         curve_runs=of_variant(lambda v: [run.name for run in v.runs]),
+        # env steps per run of each arm (its algorithm's budget)
+        budgets=of_variant(
+            lambda v: {arm: groups.arm_budget(v.config["rl"], arm) for arm in v.inits}
+        ),
         arm_looks=of_variant(lambda v: v.arm_looks),
         # summary.md links to the figures
         figures=lambda wc: {

@@ -8,6 +8,8 @@ with job(snakemake, stage="summarize", run_name="summarize") as run:
     stage.summarize(
         evaluations=list(snakemake.input.evaluations),
         curves=dict(zip(p.curve_runs, snakemake.input.curves, strict=True)),
+        progress=dict(zip(p.curve_runs, snakemake.input.progress, strict=True)),
+        budgets=p.budgets,
         summary_json=out.summary_json,
         summary_md=out.summary_md,
         tables={k: out[k] for k in ("policies", "improvement", "runs", "episodes")},

@@ -66,6 +66,26 @@ def test_learning_curves(tmp_path: Path):
     assert_png(out)
 
 
+def test_learning_curves_by_wall_time_in_a_second_panel(tmp_path: Path):
+    """With curves by training seconds, a panel of them beside the steps' panel: the arm drawn
+    only there (in its colour) shows in the right half of the figure, and only there."""
+    steps, seconds = np.arange(0, 10_001, 2000.0), np.arange(0, 61, 12.0)
+    by_steps = {"RL from scratch": band(steps, -2)}
+    by_time = {"SAC on demos + replay": band(seconds * 100, 5) | {"seconds": seconds}}
+    colors = {"RL from scratch": "tab:green", "SAC on demos + replay": "tab:cyan"}
+    one, two = tmp_path / "one.png", tmp_path / "two.png"
+    plots.learning_curves(by_steps, {"expert": 9.0}, one, colors=colors, confidence=0.95)
+    plots.learning_curves(
+        by_steps, {"expert": 9.0}, two, colors=colors, confidence=0.95, by_time=by_time
+    )
+    single, double = assert_png(one), assert_png(two)
+    assert double.shape[1] == 2 * single.shape[1] and double.shape[0] == single.shape[0]
+    cyan = np.array([0x17, 0xBE, 0xCF])  # tab:cyan
+    is_cyan = np.all(np.abs(double.astype(int) - cyan) <= 8, axis=2)
+    half = double.shape[1] // 2
+    assert is_cyan[:, half:].sum() > 100 and is_cyan[:, :half].sum() == 0
+
+
 def test_final_returns(tmp_path: Path):
     estimates = {
         "expert": {"iqm": 50, "iqm_ci": [48, 52], "mean": 49.5, "runs": [49.5]},

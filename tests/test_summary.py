@@ -3,6 +3,7 @@ writes (recomputed from its evaluation JSONs), with evaluation seeds disjoint fr
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import re
@@ -10,9 +11,11 @@ from pathlib import Path
 
 import mlflow
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 from conftest import REPO, TEST_CONFIG, isolated_tracking_env, snakemake
+from PIL import Image
 from rliable import metrics as rly
 
 from demo2rl import arms as arms_lib
@@ -135,15 +138,20 @@ def test_summary_reexports_the_groups():
     assert summary.policy_group is groups.policy_group
 
 
-def test_every_demo_arm_is_compared_with_scratch_and_the_clone():
+def test_every_demo_arm_is_compared_with_its_control_scratch_and_the_clone():
     everything = list(groups.all_groups())
     assert groups.comparisons(everything) == [
         ("rl_bc", "rl_scratch"),
         ("rl_residual", "rl_scratch"),
         ("rl_kickstart", "rl_scratch"),
+        ("rl_rlpd", "rl_sac"),  # SAC with demonstrations against SAC without them
+        ("rl_rlpd", "rl_scratch"),
+        ("rl_sac", "rl_scratch"),  # the off-policy control against the default
         ("rl_bc", "bc"),
         ("rl_residual", "bc"),
         ("rl_kickstart", "bc"),
+        ("rl_rlpd", "bc"),
+        ("rl_sac", "bc"),
         ("rl_scratch", "bc"),
     ]
     # any set of arms: only the pairs whose groups exist
@@ -153,6 +161,7 @@ def test_every_demo_arm_is_compared_with_scratch_and_the_clone():
         ("rl_scratch", "bc"),
     ]
     assert groups.comparisons(["expert", "bc", "rl_kickstart"]) == [("rl_kickstart", "bc")]
+    assert groups.comparisons(["rl_rlpd", "rl_scratch"]) == [("rl_rlpd", "rl_scratch")]
 
 
 def test_steps_to_reach_a_level():
@@ -165,7 +174,7 @@ def test_steps_to_reach_a_level():
 
 def test_unknown_policy_name_is_an_error():
     with pytest.raises(ValueError, match="unknown policy"):
-        groups.policy_group("rl-sac-seed0")
+        groups.policy_group("rl-nonesuch-seed0")
 
 
 def test_summary_of_records_without_task_metrics():
@@ -192,6 +201,178 @@ def test_summary_of_records_without_task_metrics():
     tables = summary.tables(out)
     assert [r["group"] for r in tables["policies"]] == list(out["groups"])
     assert len(tables["runs"]) == 6 and len(tables["improvement"]) == 3
+
+
+# --------------------------------------------------------------------------------------------
+# training time from progress tables, and what each arm's budget buys
+
+RL_CFG = {"total_timesteps": 300_000, "sac": {"total_timesteps": 100_000}}
+"""The budgets of the rl section: PPO arms 300k env steps per run, SAC arms 100k."""
+
+
+def progress_table(steps, elapsed, cpu=None) -> pd.DataFrame:
+    """A run's progress table as :func:`demo2rl.rl.progress.progress_table` joins it."""
+    columns = {summary.STEPS: steps, summary.ELAPSED: elapsed}
+    return pd.DataFrame(columns | ({summary.CPU: cpu} if cpu is not None else {}))
+
+
+def test_training_seconds_add_up_the_segments_of_a_resumed_run():
+    # resumed at step 3000: SB3's elapsed time and the trainer's CPU seconds restart there
+    resumed = progress_table(
+        [1000, 2000, 3000, 4000, 5000], [10.0, 20.0, 30.0, 5.0, 15.0], [8.0, 16.0, 24.0, 4.0, 12.0]
+    )
+    cumulative = summary.cumulative_seconds(resumed[summary.ELAPSED])
+    assert cumulative.tolist() == [10, 20, 30, 35, 45]
+    assert summary.run_seconds(resumed) == 45
+    assert summary.run_seconds(resumed, summary.CPU) == 36
+    # resumed twice: every segment's end counts
+    assert summary.cumulative_seconds([10, 20, 3, 6, 2]).tolist() == [10, 20, 23, 26, 28]
+    # never resumed: the last row
+    assert summary.run_seconds(progress_table([1000, 2000], [4.0, 9.0])) == 9
+    # a run trained before the CPU seconds were recorded has none
+    assert summary.run_seconds(progress_table([1000], [4.0]), summary.CPU) is None
+    # the seconds at evaluation steps: 0 at step 0, interpolated in between (across the
+    # restart too), the last row's past it
+    at = summary.seconds_at(resumed, [0, 1500, 3000, 3500, 5000, 6000])
+    assert at.tolist() == pytest.approx([0, 15, 30, 32.5, 45, 45])
+    assert summary.seconds_at(resumed, [2500], summary.CPU).tolist() == pytest.approx([20])
+    assert summary.seconds_at(progress_table([1000], [4.0]), [0], summary.CPU) is None
+
+
+def test_mean_seconds_per_group_from_progress_files(tmp_path: Path):
+    tables = {
+        "rl-scratch-seed0": progress_table([1000, 2000, 3000], [10.0, 20.0, 6.0], [9, 18, 5]),
+        "rl-scratch-seed1": progress_table([1000, 2000, 3000], [10.0, 20.0, 30.0], [9, 18, 27]),
+        "rl-sac-seed0": progress_table([2000, 4000], [50.0, 100.0]),  # no CPU seconds
+    }
+    paths = {}
+    for name, table in tables.items():
+        paths[name] = str(tmp_path / f"{name}.csv")
+        table.to_csv(paths[name], index=False)
+    assert summary.mean_seconds(paths) == {"rl_scratch": 28.0, "rl_sac": 100.0}
+    assert summary.mean_seconds(paths, summary.CPU) == {"rl_scratch": 25.0}
+
+
+def cost_bands() -> dict[str, dict[str, list[float]]]:
+    """Mean learning curves of four arms (the parts :func:`summary.arm_costs` reads)."""
+    return {
+        # scratch PPO ends at 75, which its curve first reached at step 2000
+        "rl_scratch": {"step": [0, 1000, 2000, 3000, 4000], "mean": [0, 40, 80, 70, 75]},
+        # warm-started from the clone: above scratch's final return before any training
+        "rl_bc": {"step": [0, 1000, 2000, 3000, 4000], "mean": [76, 80, 85, 90, 95]},
+        # SAC with demonstrations: there at step 500, four times sooner than scratch
+        "rl_rlpd": {"step": [0, 250, 500, 750, 1000], "mean": [10, 50, 75, 88, 92]},
+        # SAC without them never gets there within its (smaller) budget
+        "rl_sac": {"step": [0, 250, 500, 750, 1000], "mean": [0, 10, 20, 30, 40]},
+    }
+
+
+def test_arm_costs_steps_to_scratch_final_speedup_and_budgets():
+    budgets = {arm: groups.arm_budget(RL_CFG, arm) for arm in ("scratch", "bc", "rlpd", "sac")}
+    out = summary.arm_costs(
+        cost_bands(),
+        budgets=budgets,
+        wall_seconds={"rl_scratch": 400.0, "rl_rlpd": 900.0},
+        cpu_seconds={"rl_rlpd": 850.0},
+        expert_level=90.0,
+    )
+    assert out["scratch_final_return"] == 75
+    arms = out["arms"]
+    assert list(arms) == ["rl_bc", "rl_scratch", "rl_rlpd", "rl_sac"]  # the registry's order
+    assert arms["rl_rlpd"] == {
+        "budget": 100_000,
+        "steps_to_scratch_final": 500,
+        "speedup_vs_scratch": 4.0,
+        "steps_to_expert": 1000,
+        "wall_seconds": 900.0,
+        "cpu_seconds": 850.0,
+    }
+    assert arms["rl_scratch"]["budget"] == arms["rl_bc"]["budget"] == 300_000
+    assert arms["rl_sac"]["budget"] == 100_000
+    # scratch against itself: its own first step at its final return, one time as soon
+    assert arms["rl_scratch"]["steps_to_scratch_final"] == 2000
+    assert arms["rl_scratch"]["speedup_vs_scratch"] == 1.0
+    # never reached: no steps, no ratio
+    assert arms["rl_sac"]["steps_to_scratch_final"] is None
+    assert arms["rl_sac"]["speedup_vs_scratch"] is None
+    assert arms["rl_sac"]["steps_to_expert"] is None
+    # there before training: step 0, and no finite ratio
+    assert arms["rl_bc"]["steps_to_scratch_final"] == 0
+    assert arms["rl_bc"]["speedup_vs_scratch"] is None
+    assert arms["rl_bc"]["steps_to_expert"] == 3000
+    # a figure without its input is None
+    assert arms["rl_sac"]["wall_seconds"] is None and arms["rl_scratch"]["cpu_seconds"] is None
+    # without scratch PPO there is no final return to reach; without an expert, no level
+    no_scratch = summary.arm_costs(
+        {g: b for g, b in cost_bands().items() if g != "rl_scratch"},
+        budgets=budgets,
+        wall_seconds={},
+        cpu_seconds={},
+        expert_level=None,
+    )
+    assert no_scratch["scratch_final_return"] is None
+    for costs in no_scratch["arms"].values():
+        assert costs["steps_to_scratch_final"] is costs["speedup_vs_scratch"] is None
+        assert costs["steps_to_expert"] is None
+
+
+def test_markdown_groups_the_comparisons_by_arm_and_tabulates_budgets_and_costs():
+    rng = np.random.default_rng(0)
+    levels = {"expert": 95, "bc": 60, "scratch": 75, "bc-arm": 90, "rlpd": 92, "sac": 40}
+    records = [record(name, levels[name] + rng.normal(0, 1, 8)) for name in ("expert", "bc")]
+    for arm in ("bc", "scratch", "rlpd", "sac"):
+        key = "bc-arm" if arm == "bc" else arm
+        records += [record(f"rl-{arm}-seed{s}", levels[key] + rng.normal(0, 1, 8)) for s in (0, 1)]
+    out = summary.summarize(records, reps=300, confidence=0.95, seed=0)
+    out |= summary.arm_costs(
+        cost_bands(),
+        budgets={arm: groups.arm_budget(RL_CFG, arm) for arm in ("scratch", "bc", "rlpd", "sac")},
+        wall_seconds={"rl_bc": 410.0, "rl_scratch": 400.0, "rl_rlpd": 1234.0, "rl_sac": 1100.0},
+        cpu_seconds={"rl_bc": 380.0, "rl_scratch": 390.0, "rl_rlpd": 1200.0},
+        expert_level=90.0,
+    )
+    out["steps_to_expert"] = {g: a["steps_to_expert"] for g, a in out["arms"].items()}
+    md = summary.markdown(out)
+    lines = md.splitlines()
+
+    def under(arm_label: str) -> list[str]:
+        """The comparison lines under an arm's bullet."""
+        start = lines.index(next(line for line in lines if line.startswith(f"- **{arm_label}**")))
+        block = []
+        for line in lines[start + 1 :]:
+            if not line.startswith("  - "):
+                break
+            block.append(line)
+        return block
+
+    rlpd = under("SAC on demos + replay")
+    assert rlpd[0].startswith(
+        "  - vs its own control (what the demonstrations add): "
+        "P(SAC on demos + replay > SAC from scratch) = "
+    )
+    assert rlpd[1].startswith(
+        "  - vs scratch PPO: P(SAC on demos + replay > RL from scratch) = 1.00"
+    )
+    assert rlpd[2].startswith("  - vs the behaviour clone: P(SAC on demos + replay > behaviour")
+    assert re.search(r"= 1\.00 \[1\.00, 1\.00\]$", rlpd[0])  # with its interval
+    bc_arm = under("RL warm-started from BC")
+    assert bc_arm[0].startswith(
+        "  - vs its own control, scratch PPO (what the demonstrations add): "
+        "P(RL warm-started from BC > RL from scratch) = 1.00 ["
+    )
+    assert len(bc_arm) == 2  # its control is scratch PPO: not listed twice
+    assert "- **SAC from scratch** (a control: no demonstrations)" in lines
+    assert under("SAC from scratch")[0].startswith("  - vs scratch PPO: P(SAC from scratch > RL")
+    # the table of budgets and costs, one row per RL arm
+    assert (
+        "| RL arm | env steps per run | env steps to scratch PPO's final return (75.0) "
+        "| x sooner than scratch PPO | env steps to the expert's return "
+        "| wall time per run (s) | CPU time per run (s) |"
+    ) in lines
+    assert "| SAC on demos + replay | 100,000 | 500 | 4.0x | 1,000 | 1,234 | 1,200 |" in lines
+    assert "| SAC from scratch | 100,000 | not reached | n/a | not reached | 1,100 | n/a |" in lines
+    assert "| RL from scratch | 300,000 | 2,000 | 1.0x | not reached | 400 | 390 |" in lines
+    assert "| RL warm-started from BC | 300,000 | 0 | at the start | 3,000 | 410 | 380 |" in lines
 
 
 def test_summary_refuses_records_on_different_tracks():
@@ -373,7 +554,7 @@ def test_summary_numbers_recomputed_from_the_evaluation_jsons(test_workflow: Pat
     for arm in arms_lib.REGISTRY.values():
         assert f"| {arm.label} |" in md
     assert "P(residual RL on BC > RL from scratch)" in md
-    assert "Env steps until the mean learning curve reaches the expert's return" in md
+    assert "| RL arm | env steps per run | env steps to scratch PPO's final return" in md
 
 
 @pytest.mark.integration
@@ -572,3 +753,137 @@ def test_summarize_stage_for_a_generic_task(
     assert metrics[f"summary.{best}.return_iqm"] == pytest.approx(saved["groups"][best]["iqm"])
     artifacts = {Path(a.path).name for a in client.list_artifacts(parent, "summary")}
     assert {"summary.md", "policies.csv", "final_returns.png", "learning_curves.png"} <= artifacts
+
+
+class ArmRecorder:
+    """A run that keeps the arm-level metrics the summarize stage logs (the rest it drops)."""
+
+    def __init__(self) -> None:
+        self.arms: dict[str, dict[str, float]] = {}
+        self.figures: list[str] = []
+
+    def log_metrics(self, metrics, step=None) -> None:
+        pass
+
+    def set_tags(self, tags) -> None:
+        pass
+
+    def log_artifact(self, path, artifact_path=None) -> None:
+        pass
+
+    def log_figures(self, paths) -> None:
+        self.figures += [Path(p).name for p in paths]
+
+    def log_arm(self, arm, *, variant, metrics, curve, inputs) -> None:
+        self.arms[arm] = dict(metrics)
+
+    @contextlib.contextmanager
+    def parent(self):
+        yield None
+
+
+def test_summarize_stage_reports_budgets_costs_and_curves_by_wall_time(tmp_path: Path):
+    """scratch PPO, SAC with demonstrations and SAC without them, two seeds each, one scratch run
+    resumed (its progress segments' seconds restart): the summary's per-arm budgets, steps to
+    scratch PPO's final return, training seconds, the learning curves against wall seconds, the
+    arm-level metrics and summary.md; and the learning-curve figure with its wall-time panel."""
+    from demo2rl.stages import plot_summary, summarize
+
+    curve_steps = {"scratch": [0, 1000, 2000, 3000, 4000], "rlpd": [0, 500, 1000]}
+    curve_steps["sac"] = curve_steps["rlpd"]
+    curves_of = {"scratch": [0, 20, 40, 60, 80], "rlpd": [20, 85, 95], "sac": [0, 20, 40]}
+    progress_of = {  # (steps, elapsed, cpu) of each run's progress table
+        "rl-scratch-seed0": ([1000, 2000, 3000, 4000], [10, 20, 5, 15], [9, 18, 4, 13]),  # resumed
+        "rl-scratch-seed1": ([1000, 2000, 3000, 4000], [10, 20, 30, 40], [8, 16, 24, 32]),
+        "rl-rlpd-seed0": ([500, 1000], [30, 60], [25, 50]),
+        "rl-rlpd-seed1": ([500, 1000], [40, 80], [35, 70]),
+        "rl-sac-seed0": ([500, 1000], [20, 40], [18, 36]),
+        "rl-sac-seed1": ([500, 1000], [20, 40], [18, 36]),
+    }
+    rng = np.random.default_rng(0)
+    evals, curves, progress = [], {}, {}
+    finals = {"expert": 90, "bc": 60, "scratch": 80, "rlpd": 95, "sac": 40}
+    for name in ["expert", "bc", *progress_of]:
+        run = names.RLRun.parse(name)
+        path = tmp_path / "eval" / f"{name}.json"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(
+            json.dumps(record(name, finals[run.arm if run else name] + rng.normal(0, 1, 6)))
+        )
+        evals.append(str(path))
+        if run is not None:
+            run_dir = Path(run.dir(str(tmp_path)))
+            run_dir.mkdir(parents=True)
+            curve = pd.DataFrame({"step": curve_steps[run.arm], "return_mean": curves_of[run.arm]})
+            curve.to_csv(run_dir / "evaluations.csv", index=False)
+            progress_table(*progress_of[name]).to_csv(run_dir / "progress.csv", index=False)
+            curves[name] = str(run_dir / "evaluations.csv")
+            progress[name] = str(run_dir / "progress.csv")
+    out = tmp_path / "report"
+    recorder = ArmRecorder()
+    summarize.summarize(
+        evaluations=evals,
+        curves=curves,
+        progress=progress,
+        budgets={arm: groups.arm_budget(RL_CFG, arm) for arm in ("scratch", "rlpd", "sac")},
+        summary_json=str(out / "summary.json"),
+        summary_md=str(out / "summary.md"),
+        tables={k: str(out / f"{k}.csv") for k in TABLES},
+        plot_links={},
+        bootstrap_reps=300,
+        confidence=0.9,
+        seed=0,
+        curve_tracks=3,
+        variant="base",
+        run=recorder,
+    )
+    saved = json.loads((out / "summary.json").read_text())
+    assert saved["scratch_final_return"] == 80
+    arms = saved["arms"]
+    budgets = [arms[g]["budget"] for g in ("rl_scratch", "rl_rlpd", "rl_sac")]
+    assert budgets == [300_000, 100_000, 100_000]
+    assert arms["rl_rlpd"]["steps_to_scratch_final"] == 500  # 85 >= 80 at step 500
+    assert arms["rl_rlpd"]["speedup_vs_scratch"] == 8.0  # scratch took 4000 steps
+    assert arms["rl_sac"]["steps_to_scratch_final"] is None
+    assert arms["rl_sac"]["speedup_vs_scratch"] is None
+    # the resumed run's seconds: 20 + 15 (wall), 18 + 13 (CPU); the other seed's 40 and 32
+    assert arms["rl_scratch"]["wall_seconds"] == pytest.approx((35 + 40) / 2)
+    assert arms["rl_scratch"]["cpu_seconds"] == pytest.approx((31 + 32) / 2)
+    assert arms["rl_rlpd"]["wall_seconds"] == pytest.approx(70)
+    assert arms["rl_rlpd"]["cpu_seconds"] == pytest.approx(60)
+    # the expert's return (about 90): only SAC with demonstrations gets there (95 at 1000)
+    assert saved["steps_to_expert"] == {"rl_scratch": None, "rl_rlpd": 1000.0, "rl_sac": None}
+    # learning curves by wall time: the resumed seed's evaluations at 0, 10, 20, 25, 35 s, the
+    # other's at 0, 10, 20, 30, 40 s; averaged up to where the faster seed ended
+    wall = saved["learning_curves_wall"]["rl_scratch"]
+    assert wall["seconds"] == [0, 10, 20, 25, 30, 35]
+    # at 25 s: the resumed seed at 60 (its step 3000), the other halfway from 40 to 60
+    assert wall["mean"][3] == pytest.approx((60 + 50) / 2)
+    # SAC with demonstrations: its seeds ended at 60 s and 80 s
+    assert saved["learning_curves_wall"]["rl_rlpd"]["seconds"] == [0, 30, 40, 60]
+    assert set(saved["learning_curves_wall"]) == set(saved["learning_curves"])
+    # the arm-level runs: against the own control where that is not scratch PPO
+    rlpd, sac, scratch = recorder.arms["rlpd"], recorder.arms["sac"], recorder.arms["scratch"]
+    versus = saved["probability_of_improvement"]
+    assert rlpd["p_vs_control"] == versus["rl_rlpd_vs_rl_sac"]["probability"] == 1.0
+    assert [rlpd["p_vs_control_low"], rlpd["p_vs_control_high"]] == versus["rl_rlpd_vs_rl_sac"][
+        "ci"
+    ]
+    assert rlpd["p_vs_scratch"] == versus["rl_rlpd_vs_rl_scratch"]["probability"]
+    assert rlpd["budget"] == 100_000 and rlpd["steps_to_scratch_final"] == 500
+    assert rlpd["cpu_s"] == pytest.approx(60) and rlpd["wall_s"] == pytest.approx(70)
+    assert "p_vs_control" not in sac and "steps_to_scratch_final" not in sac  # never reached
+    assert "p_vs_scratch" in sac and sac["budget"] == 100_000
+    assert "p_vs_control" not in scratch and "p_vs_scratch" not in scratch
+    assert scratch["steps_to_scratch_final"] == 4000 and scratch["cpu_s"] == pytest.approx(31.5)
+    md = (out / "summary.md").read_text()
+    assert "| SAC on demos + replay | 100,000 | 500 | 8.0x | 1,000 | 70 | 60 |" in md
+    assert "vs its own control (what the demonstrations add): P(SAC on demos + replay > SAC" in md
+
+    # the figure: by env steps, and beside it by wall time (twice as wide as one panel)
+    figures = {"curves_png": str(out / "curves.png"), "returns_png": str(out / "returns.png")}
+    plot_summary.plot_summary(summary_json=str(out / "summary.json"), run=recorder, **figures)
+    assert recorder.figures == ["curves.png", "returns.png"]
+    with Image.open(figures["curves_png"]) as image:
+        width, height = image.size
+    assert width > 2.5 * height

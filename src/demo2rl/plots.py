@@ -59,31 +59,46 @@ def learning_curves(
     colors: Mapping[str, str] | None = None,
     confidence: float,
     title: str = "Learning curves on held-out episodes",
+    by_time: Mapping[str, Mapping[str, np.ndarray]] | None = None,
 ) -> None:
-    """Mean return against env steps with a confidence band per curve, reference levels as lines.
+    """Mean return against env steps with a confidence band per curve, reference levels as lines;
+    with ``by_time``, a second panel beside it of the same against training wall seconds.
 
     ``curves`` maps a label to ``step``, ``mean``, ``low``, ``high`` arrays (one band over seeds,
-    see :func:`demo2rl.summary.curve_band`); ``levels`` maps a label to a constant return
-    (e.g. the expert's and the clone's), drawn as horizontal lines.
+    see :func:`demo2rl.summary.curve_band`); ``by_time`` maps a label to ``seconds``, ``mean``,
+    ``low``, ``high`` (the same over each run's training seconds at its evaluation steps);
+    ``levels`` maps a label to a constant return (e.g. the expert's and the clone's), drawn as
+    horizontal lines on each panel. The panels share the return axis.
     """
     colors = colors or {}
-    fig, ax = _figure(7, 4.5)
-    for label, c in curves.items():
-        color = colors.get(label)
-        (line,) = ax.plot(c["step"], c["mean"], label=label, color=color, lw=2)
-        ax.fill_between(
-            c["step"], c["low"], c["high"], color=line.get_color(), alpha=0.2, linewidth=0
-        )
-    for (label, value), style in zip(
-        levels.items(), itertools.cycle(("--", ":", "-.")), strict=False
-    ):
-        ax.axhline(value, color=colors.get(label, "grey"), linestyle=style, lw=1.5, label=label)
-    ax.set_xlabel("environment steps")
-    ax.set_ylabel("mean return")
-    ax.set_title(f"{title}\n(mean over seeds, {round(100 * confidence)}% bootstrap band)")
-    ax.grid(alpha=0.3)
-    if ax.has_data():
-        ax.legend(loc="best", fontsize="small")
+    panels = [(curves, "step", "environment steps")]
+    if by_time:
+        panels.append((by_time, "seconds", "training wall time per run (s)"))
+    fig = Figure(figsize=(7 * len(panels), 4.5), dpi=100)
+    FigureCanvasAgg(fig)
+    axes = np.atleast_1d(fig.subplots(1, len(panels), sharey=True))
+    for ax, (bands, x, xlabel) in zip(axes, panels, strict=True):
+        for label, c in bands.items():
+            (line,) = ax.plot(c[x], c["mean"], label=label, color=colors.get(label), lw=2)
+            ax.fill_between(
+                c[x], c["low"], c["high"], color=line.get_color(), alpha=0.2, linewidth=0
+            )
+        for (label, value), style in zip(
+            levels.items(), itertools.cycle(("--", ":", "-.")), strict=False
+        ):
+            ax.axhline(value, color=colors.get(label, "grey"), linestyle=style, lw=1.5, label=label)
+        ax.set_xlabel(xlabel)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("mean return")
+    if axes[0].has_data():
+        axes[0].legend(loc="best", fontsize="small")
+    band = f"(mean over seeds, {round(100 * confidence)}% bootstrap band)"
+    if len(axes) == 1:
+        axes[0].set_title(f"{title}\n{band}")
+    else:
+        axes[0].set_title("by env steps")
+        axes[1].set_title("by training time (each run's seconds at its evaluation steps)")
+        fig.suptitle(f"{title} {band}")
     _save(fig, path)
 
 
@@ -285,12 +300,6 @@ def animation(
             loop=0,
             optimize=False,
         )
-
-
-def _figure(width: float, height: float) -> tuple[Figure, Any]:
-    fig = Figure(figsize=(width, height), dpi=100)
-    FigureCanvasAgg(fig)
-    return fig, fig.subplots()
 
 
 def _save(fig: Figure, path: str | os.PathLike[str], tight: bool = True) -> None:

@@ -1,7 +1,7 @@
 """Comparing the policies on the held-out evaluation: rliable's aggregates with bootstrap intervals.
 
-(About 610 lines: the statistics and the tables built from them, for one config and across
-config variants; the figures are plots.py.)
+(About 830 lines: the statistics and the tables built from them, for one config and across
+config variants, and each RL arm's budget and training cost; the figures are plots.py.)
 
 Every policy drove the same held-out tracks (one episode per evaluation seed), so each policy
 group has a score matrix ``(runs, tracks)`` in rliable's ``(num_runs, num_tasks)`` layout: one run
@@ -28,6 +28,11 @@ Across config variants (:func:`compare_variants`) the same bootstrap runs once o
 groups: the variants were evaluated on the same held-out tracks (their seeds derive from the
 top-level ``seed``), so each group of a variant is compared with the same group of the base by
 P(variant > base), with the tracks drawn alike for both.
+
+Each RL arm's budget (env steps per run, its algorithm's) and cost (training seconds, wall and
+CPU, from its runs' progress tables) sit beside how soon its mean learning curve reaches scratch
+PPO's final return and the expert's (:func:`arm_costs`): what the demonstrations buy per env step
+and per second.
 """
 
 from __future__ import annotations
@@ -37,9 +42,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import scipy.stats
 from rliable import metrics as rly
 
+from demo2rl import arms
 from demo2rl.groups import (
     all_groups,
     arm_groups,
@@ -49,7 +56,7 @@ from demo2rl.groups import (
     label,
     policy_group,
 )
-from demo2rl.names import RLRun, group_arm
+from demo2rl.names import BC, EXPERT, RLRun, group_arm
 
 __all__ = ["all_groups", "comparison_key", "label", "policy_group"]  # re-exported: what is compared
 METRICS = {
@@ -65,6 +72,15 @@ METRICS = {
 CURVE_REPS = 2000
 """Bootstrap replicates of a learning-curve band: a picture's shading, not a reported interval
 (those use ``evaluate.bootstrap_reps``)."""
+STEPS = "time/total_timesteps"
+"""SB3's progress column of the run's env steps so far (counted from step 0 across resumes)."""
+ELAPSED = "time/time_elapsed"
+"""SB3's progress column of the wall seconds since the run's ``learn()`` call began: it restarts
+at every resume."""
+CPU = "time/cpu_s"
+"""The trainer's progress column of its process's CPU seconds since the run or its resume began
+(worker processes of a subproc vec env not included): it restarts at a resume as
+:data:`ELAPSED` does."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -213,6 +229,118 @@ def steps_to_reach(band: Mapping[str, Sequence[float]], level: float) -> float |
 
 
 # --------------------------------------------------------------------------------------------
+# training time (from the runs' progress tables) and what each arm's budget buys
+
+
+def cumulative_seconds(seconds: Sequence[float]) -> np.ndarray:
+    """A run's seconds since it started, at each row of its progress table, from a column that
+    restarts at every resume (:data:`ELAPSED`, :data:`CPU`) in step order (the segments joined,
+    :func:`demo2rl.rl.progress.progress_table`).
+
+    Where the column drops, a new segment began: each row adds the last values of the segments
+    before it, so the last row holds the sum of the segments' ends. (A segment whose first row
+    is not below the previous one's last, a resume killed within its first seconds, is not seen
+    as one: those seconds go uncounted. Work a kill lost after the last checkpoint is not in
+    the table, so it is not counted either.)
+    """
+    values = np.asarray(seconds, dtype=np.float64)
+    offsets = np.zeros_like(values)
+    for end in np.flatnonzero(np.diff(values) < 0):  # the last row of each earlier segment
+        offsets[end + 1 :] += values[end]
+    return values + offsets
+
+
+def run_seconds(table: pd.DataFrame, column: str = ELAPSED) -> float | None:
+    """A run's training seconds in ``column`` of its progress table (the sum of its segments'
+    ends, :func:`cumulative_seconds`); None where the table lacks the column."""
+    if column not in table:
+        return None
+    values = table[column].dropna().to_numpy(dtype=np.float64)
+    return float(cumulative_seconds(values)[-1]) if len(values) else None
+
+
+def seconds_at(
+    table: pd.DataFrame, steps: Sequence[float], column: str = ELAPSED
+) -> np.ndarray | None:
+    """A run's training seconds at each of ``steps`` (env steps, e.g. its evaluation points):
+    its cumulative ``column`` (:func:`cumulative_seconds`) interpolated linearly against
+    :data:`STEPS`, from 0 s at step 0; steps past its last row get that row's seconds. None
+    where the table lacks either column."""
+    if column not in table or STEPS not in table:
+        return None
+    rows = table[[STEPS, column]].dropna()
+    if rows.empty:
+        return None
+    x = rows[STEPS].to_numpy(dtype=np.float64)
+    y = cumulative_seconds(rows[column].to_numpy(dtype=np.float64))
+    if x[0] > 0:  # no row at step 0: training began there, at 0 s
+        x, y = np.concatenate([[0.0], x]), np.concatenate([[0.0], y])
+    return np.interp(np.asarray(steps, dtype=np.float64), x, y)
+
+
+def mean_seconds(progress: Mapping[str, str], column: str = ELAPSED) -> dict[str, float]:
+    """Mean training seconds per run of each RL group, in ``column`` (:func:`run_seconds`).
+
+    ``progress`` maps each run's policy name to its ``progress.csv``; a run whose table lacks
+    the column is left out (runs trained before :data:`CPU` was recorded have none), and a group
+    none of whose runs has it is absent."""
+    runs: dict[str, list[float]] = {}
+    for name, path in progress.items():
+        seconds = run_seconds(pd.read_csv(path), column)
+        if seconds is not None:
+            runs.setdefault(policy_group(name), []).append(seconds)
+    return {g: float(np.mean(s)) for g, s in runs.items()}
+
+
+def speedup(scratch_steps: float | None, steps: float | None) -> float | None:
+    """How many times sooner than scratch PPO an arm reaches scratch PPO's final return: the
+    env steps scratch PPO's curve took (``scratch_steps``) over the arm's (``steps``). None
+    where either never gets there, or where the arm is there before training (at step 0)."""
+    if scratch_steps is None or steps is None or steps <= 0:
+        return None
+    return float(scratch_steps) / float(steps)
+
+
+def arm_costs(
+    bands: Mapping[str, Mapping[str, Sequence[float]]],
+    *,
+    budgets: Mapping[str, int],
+    wall_seconds: Mapping[str, float],
+    cpu_seconds: Mapping[str, float],
+    expert_level: float | None,
+) -> dict[str, Any]:
+    """Per RL arm what its budget buys: what ``summary.json`` holds as ``arms`` and
+    ``scratch_final_return``.
+
+    ``bands`` maps each RL group to its learning-curve band (:func:`curve_band`); ``budgets``
+    maps an arm's name to its env steps per run (:func:`demo2rl.groups.arm_budget`);
+    ``wall_seconds`` and ``cpu_seconds`` map a group to its runs' mean training seconds
+    (:func:`mean_seconds`); ``expert_level`` is the expert's return on the curves' tracks. Scratch
+    PPO's final return is its mean curve's value at its last step (None without scratch PPO).
+    Returns ``{"scratch_final_return": float | None, "arms": {group: {budget,
+    steps_to_scratch_final, speedup_vs_scratch, steps_to_expert, wall_seconds, cpu_seconds}}}``
+    (a missing figure None; ``steps_to_*`` None where the curve never gets there).
+    """
+    scratch = bands.get(arms.get(arms.CONTROL).group)
+    final = float(scratch["mean"][-1]) if scratch is not None and len(scratch["mean"]) else None
+    scratch_steps = None if final is None else steps_to_reach(scratch, final)
+    table = {}
+    for g in (g for g in arm_groups() if g in bands):
+        steps = None if final is None else steps_to_reach(bands[g], final)
+        table[g] = {
+            "budget": budgets.get(group_arm(g) or g),
+            "steps_to_scratch_final": steps,
+            "speedup_vs_scratch": speedup(scratch_steps, steps),
+            "steps_to_expert": None
+            if expert_level is None
+            else steps_to_reach(bands[g], expert_level),
+            "wall_seconds": wall_seconds.get(g),
+            "cpu_seconds": cpu_seconds.get(g),
+        }
+    return {"scratch_final_return": final, "arms": table}
+
+
+# --------------------------------------------------------------------------------------------
 # from evaluation records (the evaluate rule's JSON files) to the summary
 
 
@@ -311,15 +439,8 @@ def markdown(summary: Mapping[str, Any], plots: Mapping[str, str] | None = None)
         cells += [_ci(st["iqm"], st["iqm_ci"])]
         cells += [_fmt(st["metrics"].get(m)) for m in extra]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", f"Probability of improvement, P(X > Y) [{pct}% CI]:", ""]
-    for c in summary["probability_of_improvement"].values():
-        p = _ci(c["probability"], c["ci"], digits=2)
-        lines.append(f"- P({label(c['x'])} > {label(c['y'])}) = {p}")
-    reach = summary.get("steps_to_expert") or {}
-    if reach:
-        lines += ["", "Env steps until the mean learning curve reaches the expert's return:", ""]
-        for g, step in reach.items():
-            lines.append(f"- {label(g)}: {'not reached' if step is None else f'{step:,.0f}'}")
+    lines += _improvement_lines(summary, pct)
+    lines += _arm_cost_lines(summary)
     if summary.get("best_rl"):
         lines += ["", f"Best RL run (highest mean return): `{summary['best_rl']}`."]
     lines += [
@@ -334,6 +455,94 @@ def markdown(summary: Mapping[str, Any], plots: Mapping[str, str] | None = None)
     for title, path in (plots or {}).items():
         lines += ["", f"![{title}]({path})"]
     return "\n".join(lines) + "\n"
+
+
+def _improvement_lines(summary: Mapping[str, Any], pct: int) -> list[str]:
+    """The probabilities of improvement of ``summary.md``, under the arm X of each: first
+    against its own algorithm's control (what the demonstrations add), then against scratch
+    PPO, then against the clone."""
+    scratch = arms.get(arms.CONTROL).group
+    by_x: dict[str, list[tuple[int, str]]] = {}
+    for c in summary["probability_of_improvement"].values():
+        x, y = c["x"], c["y"]
+        arm = arms.REGISTRY.get(group_arm(x) or "")
+        own = arms.get(arm.control).group if arm and arm.control else None
+        if y == own:
+            rank, said = 0, "vs its own control"
+            said += ", scratch PPO" if own == scratch else ""
+            said += " (what the demonstrations add)"
+        elif y == scratch:
+            rank, said = 1, "vs scratch PPO"
+        else:
+            rank, said = 2, f"vs the {label(y)}" if y in (BC, EXPERT) else f"vs {label(y)}"
+        p = _ci(c["probability"], c["ci"], digits=2)
+        by_x.setdefault(x, []).append((rank, f"{said}: P({label(x)} > {label(y)}) = {p}"))
+    if not by_x:
+        return []
+    order = all_groups()
+    lines = ["", f"Probability of improvement, P(X > Y) [{pct}% CI], for each X:", ""]
+    for x in sorted(by_x, key=lambda g: order.index(g) if g in order else len(order)):
+        arm = arms.REGISTRY.get(group_arm(x) or "")
+        role = " (a control: no demonstrations)" if arm and arm.control is None else ""
+        lines.append(f"- **{label(x)}**{role}")
+        lines += [f"  - {line}" for _, line in sorted(by_x[x], key=lambda e: e[0])]
+    return lines
+
+
+def _arm_cost_lines(summary: Mapping[str, Any]) -> list[str]:
+    """The table of ``summary.md`` of each RL arm's budget, how soon it reaches scratch PPO's
+    final return and the expert's, and its training time (:func:`arm_costs`)."""
+    table = summary.get("arms") or {}
+    if not table:
+        return []
+    final = summary.get("scratch_final_return")
+    reach = "scratch PPO's final return" + ("" if final is None else f" ({final:.1f})")
+    head = ["RL arm", "env steps per run", f"env steps to {reach}", "x sooner than scratch PPO"]
+    head += ["env steps to the expert's return", "wall time per run (s)", "CPU time per run (s)"]
+    lines = [
+        "",
+        "Budget and cost per RL arm:",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    for g, a in table.items():
+        cells = [label(g), "n/a" if a["budget"] is None else f"{a['budget']:,}"]
+        cells += [_steps(a["steps_to_scratch_final"], final is not None)]
+        cells += [_speedup(a["speedup_vs_scratch"], a["steps_to_scratch_final"])]
+        cells += [_steps(a["steps_to_expert"], "steps_to_expert" in summary)]
+        cells += [_seconds(a["wall_seconds"]), _seconds(a["cpu_seconds"])]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Env steps to a return: the first evaluation step at which the arm's mean learning curve "
+        "(over seeds, on the held-out episodes the curves were evaluated on) is at or above it. "
+        "Scratch PPO's final return: its mean curve at its last evaluation. x sooner: the env "
+        "steps scratch PPO's curve took to first reach that return, divided by the arm's. "
+        "Off-policy arms have a budget of their own (an off-policy env step costs more), so "
+        "compare their time as well as their steps. Time per run: the mean over seeds of the "
+        "run's training seconds in its SB3 progress table (the segments of a resumed run added "
+        "up; work a kill lost after the last checkpoint not counted), including the evaluations "
+        "during training; CPU time is the training process's own (not a subproc vec env's "
+        "workers').",
+    ]
+    return lines
+
+
+def _steps(step: float | None, known: bool) -> str:
+    if not known:
+        return "n/a"
+    return "not reached" if step is None else f"{step:,.0f}"
+
+
+def _speedup(ratio: float | None, steps: float | None) -> str:
+    if ratio is not None:
+        return f"{ratio:.1f}x"
+    return "at the start" if steps is not None and steps <= 0 else "n/a"
+
+
+def _seconds(seconds: float | None) -> str:
+    return "n/a" if seconds is None else f"{seconds:,.0f}"
 
 
 # --------------------------------------------------------------------------------------------

@@ -26,9 +26,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ELAPSED = "time/time_elapsed"
-"""SB3's progress column of the seconds since the run's ``learn()`` call began."""
-
 
 def compare_variants(
     *,
@@ -67,7 +64,7 @@ def compare_variants(
     compared = summary.compare_variants(
         scores, reps=bootstrap_reps, confidence=confidence, seed=seed
     )
-    walls = {v: _wall_seconds(progress.get(v, {})) for v in variants}
+    walls = {v: summary.mean_seconds(progress.get(v, {})) for v in variants}
     present = [g for g in groups.all_groups() if any(g in scores[v] for v in variants)]
     rows = [
         {"variant": v, "group": g}
@@ -148,23 +145,3 @@ def _scores(
             )
         out.setdefault(entry["group"], []).append(rows["return"].to_numpy(dtype=np.float64))
     return {g: np.stack(rs) for g, rs in out.items()}
-
-
-def _wall_seconds(progress: Mapping[str, str]) -> dict[str, float]:
-    """Mean training seconds of each RL group's runs, from their progress tables.
-
-    SB3's elapsed time restarts at every ``learn()`` call, so a resumed run's table (its
-    segments joined, :func:`demo2rl.rl.progress.progress_table`) adds up the last value of each
-    segment: where the column drops, a new segment began."""
-    runs: dict[str, list[float]] = {}
-    for name, path in progress.items():
-        table = pd.read_csv(path)
-        if ELAPSED not in table:
-            continue
-        elapsed = table[ELAPSED].dropna().to_numpy(dtype=np.float64)
-        if not len(elapsed):
-            continue
-        ends = np.flatnonzero(np.diff(elapsed) < 0)
-        seconds = float(elapsed[ends].sum() + elapsed[-1])
-        runs.setdefault(summary.policy_group(name), []).append(seconds)
-    return {g: float(np.mean(s)) for g, s in runs.items()}

@@ -15,8 +15,9 @@ if TYPE_CHECKING:
 
 
 def plot_summary(*, summary_json: str, curves_png: str, returns_png: str, run: Run) -> None:
-    """Draw the RL learning curves (bands over seeds, expert and clone as levels) and the final
-    returns (IQM with intervals, P(X > Y)); log both on the job's and the workflow's run."""
+    """Draw the RL learning curves (bands over seeds, expert and clone as levels; by env steps,
+    and by training wall time where the summary has those curves) and the final returns (IQM with
+    intervals, P(X > Y)); log both on the job's and the workflow's run."""
     result = json.loads(Path(summary_json).read_text())  # (its keys are sorted: reorder)
     order = groups.all_groups()
     result["groups"] = {g: result["groups"][g] for g in order if g in result["groups"]}
@@ -25,17 +26,26 @@ def plot_summary(*, summary_json: str, curves_png: str, returns_png: str, run: R
     result["probability_of_improvement"] = {
         k: improvement_of[k] for k in pairs if k in improvement_of
     }
-    curves = result["learning_curves"]
-    result["learning_curves"] = {g: curves[g] for g in order if g in curves}
     label = {g: st["label"] for g, st in result["groups"].items()}
     colors = {label[g]: groups.color(g) for g in label}
     confidence = result["confidence"]
-    bands = {
-        label.get(g, g): {k: _floats(v) for k, v in band.items()}
-        for g, band in result["learning_curves"].items()
-    }
+
+    def bands(curves: dict[str, Any]) -> dict[str, dict[str, np.ndarray]]:
+        return {
+            label.get(g, g): {k: _floats(v) for k, v in curves[g].items()}
+            for g in order
+            if g in curves
+        }
+
     levels = {label[g]: value for g, value in result["curve_levels"].items()}
-    plots.learning_curves(bands, levels, curves_png, colors=colors, confidence=confidence)
+    plots.learning_curves(
+        bands(result["learning_curves"]),
+        levels,
+        curves_png,
+        colors=colors,
+        confidence=confidence,
+        by_time=bands(result.get("learning_curves_wall", {})),
+    )
     estimates = {
         st["label"]: st | {"runs": [r["return_mean"] for r in result["runs"] if r["group"] == g]}
         for g, st in result["groups"].items()

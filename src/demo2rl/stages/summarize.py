@@ -43,6 +43,8 @@ def summarize(
     curve_tracks: int,
     variant: str,
     run: Run,
+    progress: Mapping[str, str] | None = None,
+    budgets: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """Aggregate the evaluation records; write the summary, its tables and the curve bands.
 
@@ -50,11 +52,19 @@ def summarize(
     evaluated on the first ``curve_tracks`` held-out tracks); their bootstrap bands and the
     expert's and clone's levels on the same tracks go into ``summary_json`` for the rule that
     draws them. ``tables`` maps ``policies``, ``improvement``, ``runs`` and ``episodes`` to CSV
-    paths; ``plot_links`` maps a title to a figure that ``summary_md`` links to. Metrics and
-    files also go to the workflow's parent run, so the MLflow UI compares whole invocations; and
-    each RL arm gets a run of its own (:func:`arm_metrics`, its curve and its seed runs), tagged
-    with ``variant`` (the config variant's name, ``base`` for the base config), so the UI's runs
-    table compares the arms row by row.
+    paths; ``plot_links`` maps a title to a figure that ``summary_md`` links to.
+
+    ``progress`` maps each RL run's policy name to its SB3 ``progress.csv``: the run's training
+    seconds (wall and CPU) and its learning curve against wall seconds (``learning_curves_wall``);
+    ``budgets`` maps each arm to its env steps per run (:func:`demo2rl.groups.arm_budget`). Per
+    RL arm its budget, its cost and how soon it reaches scratch PPO's final return and the
+    expert's go into ``arms`` (:func:`demo2rl.summary.arm_costs`); a figure without its input
+    (no progress table, no budget) is None there.
+
+    Metrics and files also go to the workflow's parent run, so the MLflow UI compares whole
+    invocations; and each RL arm gets a run of its own (:func:`arm_metrics`, its curve and its
+    seed runs), tagged with ``variant`` (the config variant's name, ``base`` for the base
+    config), so the UI's runs table compares the arms row by row.
     """
     records = [json.loads(Path(p).read_text()) for p in evaluations]
     result = summary.summarize(records, reps=bootstrap_reps, confidence=confidence, seed=seed)
@@ -66,13 +76,24 @@ def summarize(
         g: [r for r in records if summary.policy_group(r["policy"]) == g] for g in result["groups"]
     }
     levels = {g: summary.level(rs[0], curve_tracks) for g, rs in by_group.items() if g in LEVELS}
+    progress = progress or {}
     bands = _curve_bands(curves, confidence, seed)
     result["learning_curves"] = {g: {k: v.tolist() for k, v in b.items()} for g, b in bands.items()}
+    walls = _wall_bands(curves, progress, confidence, seed)
+    result["learning_curves_wall"] = {
+        g: {"seconds" if k == "step" else k: v.tolist() for k, v in b.items()}
+        for g, b in walls.items()
+    }
     result["curve_levels"] = levels
+    result |= summary.arm_costs(
+        bands,
+        budgets=budgets or {},
+        wall_seconds=summary.mean_seconds(progress, summary.ELAPSED),
+        cpu_seconds=summary.mean_seconds(progress, summary.CPU),
+        expert_level=levels.get(names.EXPERT),
+    )
     if names.EXPERT in levels:
-        result["steps_to_expert"] = {
-            g: summary.steps_to_reach(b, levels[names.EXPERT]) for g, b in bands.items()
-        }
+        result["steps_to_expert"] = {g: a["steps_to_expert"] for g, a in result["arms"].items()}
     result["versions"] = provenance.versions()
     result["code_revision"] = provenance.code_revision()
     io.write_json(summary_json, io.strict_json(result))
@@ -92,7 +113,9 @@ def summarize(
 
 def summary_metrics(result: Mapping[str, Any]) -> dict[str, float]:
     """Flat MLflow metrics of a summary: ``<group>.return_iqm`` (and ``_low``/``_high``),
-    ``<group>.return_mean``, ``<group>.<metric>``, ``p_improvement.<x>_vs_<y>`` (and bounds)."""
+    ``<group>.return_mean``, ``<group>.<metric>``, ``p_improvement.<x>_vs_<y>`` (and bounds), and
+    per RL arm ``<group>.steps_to_expert``, ``.steps_to_scratch_final``, ``.budget``,
+    ``.wall_seconds`` and ``.cpu_seconds`` (where known)."""
     out: dict[str, float] = {}
     for g, st in result["groups"].items():
         out[f"{g}.return_mean"] = st["mean"]
@@ -101,6 +124,11 @@ def summary_metrics(result: Mapping[str, Any]) -> dict[str, float]:
         out |= {f"{g}.{m}": v for m, v in st["metrics"].items() if m != "return"}
     for g, step in result.get("steps_to_expert", {}).items():
         out[f"{g}.steps_to_expert"] = step
+    for g, costs in result.get("arms", {}).items():
+        out[f"{g}.budget"] = costs["budget"]
+        out[f"{g}.steps_to_scratch_final"] = costs["steps_to_scratch_final"]
+        out[f"{g}.wall_seconds"] = costs["wall_seconds"]
+        out[f"{g}.cpu_seconds"] = costs["cpu_seconds"]
     for key, c in result["probability_of_improvement"].items():
         out[f"p_improvement.{key}"] = c["probability"]
         out[f"p_improvement.{key}_low"], out[f"p_improvement.{key}_high"] = c["ci"]
@@ -109,18 +137,30 @@ def summary_metrics(result: Mapping[str, Any]) -> dict[str, float]:
 
 def arm_metrics(result: Mapping[str, Any], group: str) -> dict[str, float]:
     """The figures of one RL arm's run: ``iqm``, ``mean`` (each with ``_low``/``_high``),
-    ``p_vs_scratch`` (and bounds; none for scratch itself) and ``steps_to_expert`` (none when
-    its mean curve never reaches the expert's return)."""
+    ``p_vs_scratch`` (and bounds; none for scratch itself), ``p_vs_control`` (and bounds: against
+    its own algorithm's control where that is not scratch PPO, e.g. SAC's), ``steps_to_expert``
+    and ``steps_to_scratch_final`` (none where its mean curve never gets there), ``budget`` (env
+    steps per run), ``wall_s`` and ``cpu_s`` (mean training seconds per run); a figure the summary
+    does not have is left out."""
     st = result["groups"][group]
     out = {"iqm": st["iqm"], "mean": st["mean"]}
     out["iqm_low"], out["iqm_high"] = st["iqm_ci"]
     out["mean_low"], out["mean_high"] = st["mean_ci"]
-    control = arms.get(arms.CONTROL).group
-    versus = result["probability_of_improvement"].get(summary.comparison_key(group, control))
-    if versus is not None:
-        out["p_vs_scratch"] = versus["probability"]
-        out["p_vs_scratch_low"], out["p_vs_scratch_high"] = versus["ci"]
+    scratch = arms.get(arms.CONTROL).group
+    own = arms.get(names.group_arm(group) or group).control
+    controls = {"p_vs_scratch": scratch}
+    if own is not None and arms.get(own).group != scratch:
+        controls["p_vs_control"] = arms.get(own).group
+    for key, control in controls.items():
+        versus = result["probability_of_improvement"].get(summary.comparison_key(group, control))
+        if versus is not None:
+            out[key] = versus["probability"]
+            out[f"{key}_low"], out[f"{key}_high"] = versus["ci"]
     out["steps_to_expert"] = result.get("steps_to_expert", {}).get(group)
+    costs = result.get("arms", {}).get(group, {})
+    out["steps_to_scratch_final"] = costs.get("steps_to_scratch_final")
+    out["budget"] = costs.get("budget")
+    out["wall_s"], out["cpu_s"] = costs.get("wall_seconds"), costs.get("cpu_seconds")
     return {k: float(v) for k, v in out.items() if v is not None and math.isfinite(v)}
 
 
@@ -173,6 +213,32 @@ def _curve_bands(curves: Mapping[str, str], confidence: float, seed: int) -> dic
         runs.setdefault(group, []).append(
             (table["step"].to_numpy(), table["return_mean"].to_numpy())
         )
+    return _bands(runs, confidence, seed)
+
+
+def _wall_bands(
+    curves: Mapping[str, str], progress: Mapping[str, str], confidence: float, seed: int
+) -> dict[str, Any]:
+    """The learning-curve band of each RL arm against training wall seconds: each run's
+    evaluation steps mapped to its seconds there (:func:`demo2rl.summary.seconds_at`), then
+    averaged on a common grid of seconds as the steps' bands are. A run without a progress table
+    (or without the columns) is left out; an arm without such runs has no band."""
+    runs: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+    for name, path in curves.items():
+        if name not in progress:
+            continue
+        table = pd.read_csv(path)
+        seconds = summary.seconds_at(pd.read_csv(progress[name]), table["step"].to_numpy())
+        if seconds is not None:
+            runs.setdefault(summary.policy_group(name), []).append(
+                (seconds, table["return_mean"].to_numpy())
+            )
+    return _bands(runs, confidence, seed)
+
+
+def _bands(
+    runs: Mapping[str, Sequence[tuple[np.ndarray, np.ndarray]]], confidence: float, seed: int
+) -> dict[str, Any]:
     return {
         g: summary.curve_band(runs[g], confidence=confidence, seed=seed)
         for g in summary.all_groups()
