@@ -63,8 +63,8 @@ def test_the_schema_leaves_the_arms_to_the_registry():
     inits = schema["properties"]["rl"]["properties"]["inits"]
     assert inits["default"] == probe.ALL_ARMS
     assert all(arm in inits["description"] for arm in arms.BUILTIN)
-    cfg = config.load({"rl": {"inits": ["bc", "sac"]}})  # the schema lets it through
-    with pytest.raises(config.ConfigError, match=r"'rl.inits': unknown arm 'sac' \(known: bc,"):
+    cfg = config.load({"rl": {"inits": ["bc", "td3"]}})  # the schema lets it through
+    with pytest.raises(config.ConfigError, match=r"'rl.inits': unknown arm 'td3' \(known: bc,"):
         probe.probe_task(cfg)
     with pytest.raises(Exception, match="is not valid"):
         config.load({"rl": {"inits": ["my-arm"]}})  # not a name an arm can have
@@ -86,8 +86,8 @@ def test_arms_have_distinct_names_labels_colours_and_a_control():
         assert len(set(values)) == len(values), attr
     assert not arms.get(arms.CONTROL).needs_clone
     assert groups.all_groups() == ("expert", "bc", *(f"rl_{a}" for a in arms.BUILTIN))
-    with pytest.raises(ValueError, match="unknown arm 'sac'"):
-        arms.get("sac")
+    with pytest.raises(ValueError, match="unknown arm 'td3'"):
+        arms.get("td3")
     with pytest.raises(ValueError, match="registered already"):
         arms.register(arms.Arm("bc", "again", "red", start=lambda s: None))
     with pytest.raises(ValueError, match="letters, digits and underscores"):
@@ -183,13 +183,20 @@ def test_all_leaves_out_an_arm_the_task_cannot_use_and_a_named_one_is_an_error(t
     cfg = config.load(yaml.safe_load((REPO / "config" / "cartpole.yaml").read_text()))
     with caplog.at_level(logging.WARNING, logger="demo2rl.probe"):
         found = probe.probe_task(cfg)
-    assert found.arms == arms.BUILTIN  # every built-in arm applies to Discrete actions
+    # every built-in PPO arm applies to Discrete actions; the SAC arms do not (SAC's actor is a
+    # squashed Gaussian), and all leaves them out saying so
+    assert found.arms == tuple(a for a in arms.BUILTIN if not arms.get(a).off_policy)
     assert "leaves out the toy arm: it supports Box actions" in caplog.text
+    for name in ("rlpd", "sac"):
+        assert f"leaves out the {name} arm: it supports Box actions" in caplog.text
     cfg["rl"]["inits"] = ["toy", "scratch"]
     with pytest.raises(config.ConfigError, match=r"'rl.inits': the toy arm supports Box"):
         probe.probe_task(cfg)
-    cfg["rl"]["inits"] = ["sac"]
-    with pytest.raises(config.ConfigError, match=r"unknown arm 'sac'"):
+    cfg["rl"]["inits"] = ["sac", "scratch"]
+    with pytest.raises(config.ConfigError, match=r"'rl.inits': the sac arm supports Box"):
+        probe.probe_task(cfg)
+    cfg["rl"]["inits"] = ["td3"]
+    with pytest.raises(config.ConfigError, match=r"unknown arm 'td3'"):
         probe.probe_task(cfg)
 
 
@@ -207,7 +214,7 @@ def test_discrete_residual_starts_at_the_clone_and_trains_only_the_correction(ca
     env = rl.make_training_env(spec.task, spec.rl, normalizer, act_space, n_workers=1)
     try:
         start = rl.Start(
-            arms.get("residual"), env, POLICY_CFG, spec.rl, clone, lambda: None, 3, "cpu"
+            arms.get("residual"), env, POLICY_CFG, spec.rl, clone, lambda: None, lambda *_: None, 3, "cpu"
         )
         model = rl.build_model(start)
     finally:

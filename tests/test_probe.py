@@ -104,9 +104,9 @@ BAD = {
         ["the expert raised on a batch of 2 reset observations", "IndexError", "probe_tasks.py"],
     ),
     "an arm that is not registered": (
-        config_with(**CARTPOLE) | {"rl": BASE["rl"] | {"inits": ["bc", "sac"]}},
+        config_with(**CARTPOLE) | {"rl": BASE["rl"] | {"inits": ["bc", "td3"]}},
         "rl.inits",
-        ["unknown arm 'sac'", "known: bc, residual, kickstart, scratch"],
+        ["unknown arm 'td3'", "known: bc, residual, kickstart, scratch, rlpd, sac"],
     ),
     "float images (their scale unknown)": (
         config_with(env_id="probe_tasks:FloatImage-v0", expert="probe_tasks:one_action"),
@@ -182,7 +182,8 @@ def test_the_shipped_tasks_pass_the_probe(config):
     found = probe.probe_task(full)
     assert found.observation_space.shape and found.seconds > 0
     assert found.images == ("pixels" in config)
-    assert set(found.arms) == {"bc", "residual", "kickstart", "scratch"}
+    ppo = {"bc", "residual", "kickstart", "scratch"}  # Box and Discrete; SAC's Box alone
+    assert set(found.arms) == (ppo if "cartpole" in config else ppo | {"rlpd", "sac"})
 
 
 def test_gymnasium_make_keywords_are_not_typos():

@@ -181,7 +181,7 @@ register(
     Arm(
         name="rlpd",
         label="SAC on demos + replay",
-        color="tab:cyan",
+        color="tab:brown",
         start="demo_sac",
         section="rlpd",
         action_spaces=("Box",),
