@@ -214,7 +214,15 @@ def test_discrete_residual_starts_at_the_clone_and_trains_only_the_correction(ca
     env = rl.make_training_env(spec.task, spec.rl, normalizer, act_space, n_workers=1)
     try:
         start = rl.Start(
-            arms.get("residual"), env, POLICY_CFG, spec.rl, clone, lambda: None, lambda *_: None, 3, "cpu"
+            arms.get("residual"),
+            env,
+            POLICY_CFG,
+            spec.rl,
+            clone,
+            lambda: None,
+            lambda *_: None,
+            3,
+            "cpu",
         )
         model = rl.build_model(start)
     finally:
