@@ -172,10 +172,8 @@ random actions (the action space's own random stream, which the checkpoint holds
 RLPD = RL_CFG["rlpd"] | {"actor_from_clone": True}
 
 
-def _run_in_child(demos_and_clone, state_dir, total) -> None:
-    train(
-        demos_and_clone, state_dir, "rlpd", sac=KILLED_SAC | {"total_timesteps": total}, rlpd=RLPD
-    )
+def _run_in_child(data, state_dir, total) -> None:
+    train(data, state_dir, "rlpd", sac=KILLED_SAC | {"total_timesteps": total}, rlpd=RLPD)
     os._exit(0)
 
 
@@ -251,7 +249,7 @@ def test_rlpd_can_start_its_actor_from_the_clone_and_warm_up_with_it(
     """actor_from_clone: the actor's mean action is tanh of the clone's (SAC squashes it), its
     log-std rlpd.log_std everywhere; clone_warmup: the warm-up's actions are the clone's own
     samples with that log-std, stored scaled as SB3 stores its own."""
-    clone, normalizer, _, env = clone_env
+    clone, _, _, env = clone_env
     cfg = RL_CFG | {"sac": SAC, "rlpd": RLPD | {"clone_warmup": True, "log_std": -0.7}}
     model = rl.build_model(
         rl.Start(
