@@ -30,9 +30,12 @@ CURVES = {  # each arm's mean learning curve; the seeds lie 1 above and below it
     "residual": [80.0, 91.0, 94.0, 97.0],
     "kickstart": [60.0, 70.0, 75.0, 80.0],  # never reaches the expert's return
     "scratch": [50.0, 70.0, 85.0, 96.0],
+    "rlpd": [85.0, 94.0, 97.0, 99.0],  # reaches scratch's final return at step 2000
+    "sac": [40.0, 60.0, 80.0, 90.0],
 }
 FIGURES = ["iqm", "iqm_low", "iqm_high", "mean", "mean_low", "mean_high"]
 VERSUS_SCRATCH = ["p_vs_scratch", "p_vs_scratch_low", "p_vs_scratch_high"]
+VERSUS_CONTROL = ["p_vs_control", "p_vs_control_low", "p_vs_control_high"]
 
 
 @pytest.fixture(scope="module")
@@ -147,9 +150,18 @@ def test_arm_runs_hold_the_summary_figures_curve_and_seed_runs(store: Path):
             expected |= dict(
                 zip(VERSUS_SCRATCH, [versus["probability"], *versus["ci"]], strict=True)
             )
+        own = arms.get(arm).control
+        versus_own = saved["probability_of_improvement"].get(f"{group}_vs_rl_{own}")
+        if own != arms.CONTROL and versus_own is not None:
+            expected |= dict(
+                zip(VERSUS_CONTROL, [versus_own["probability"], *versus_own["ci"]], strict=True)
+            )
         reached = saved["steps_to_expert"][group]
         if reached is not None:
             expected["steps_to_expert"] = reached
+        soon = saved["arms"][group]["steps_to_scratch_final"]
+        if soon is not None:
+            expected["steps_to_scratch_final"] = soon
         curve = {k: v for k, v in run.data.metrics.items() if k.startswith("curve_")}
         assert {k: v for k, v in run.data.metrics.items() if k not in curve} == expected
         band = saved["learning_curves"][group]
@@ -167,6 +179,9 @@ def test_arm_runs_hold_the_summary_figures_curve_and_seed_runs(store: Path):
     assert not set(VERSUS_SCRATCH) & set(runs[arms.CONTROL].data.metrics)
     assert "steps_to_expert" not in runs["kickstart"].data.metrics
     assert runs["residual"].data.metrics["steps_to_expert"] == 1000
+    assert runs["rlpd"].data.metrics["steps_to_scratch_final"] == 2000
+    assert set(VERSUS_CONTROL) <= set(runs["rlpd"].data.metrics)  # rlpd against sac
+    assert not set(VERSUS_CONTROL) & set(runs["bc"].data.metrics)  # a PPO arm's is scratch
     # the runs table's view of them, for the link `make ui` prints
     assert json.loads(client.get_experiment_by_name("arms").tags[VIEW_TAG])["searchFilter"] == (
         ARM_FILTER
