@@ -110,6 +110,8 @@ MODULES: dict[str, list[str]] = {
     "demo2rl.rl": ["train_rl"],
     "demo2rl.rl.job": ["train_rl"],
     "demo2rl.rl.recipe": ["train_rl"],
+    "demo2rl.rl.replay": ["train_rl"],
+    "demo2rl.rl.sac": ["train_rl"],
     "demo2rl.rl.position": ["train_rl"],
     "demo2rl.rl.progress": ["train_rl"],
     "demo2rl.rl.state": ["train_rl"],

@@ -98,7 +98,10 @@ class Arm:
         return rl_group(self.name)
 
     def supports(self, action_space: Any) -> bool:
-        """Whether a run of this arm can act in ``action_space`` (a gymnasium space)."""
+        """Whether a run of this arm can act in ``action_space`` (a gymnasium space); an
+        off-policy arm's squashed actions need a Box bounded on every side."""
+        if self.off_policy and not getattr(action_space, "is_bounded", lambda: True)():
+            return False
         return any(cls.__name__ in self.action_spaces for cls in type(action_space).__mro__)
 
 
