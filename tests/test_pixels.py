@@ -192,12 +192,22 @@ def test_every_arm_starts_from_the_cnn_clone_and_trains(pixels, tmp_path):
     states = torch.as_tensor(transform(frames))
     cfg = RL_CFG | {"vec_env": "auto", "n_envs": 4, "total_timesteps": 256, "eval_every": 256}
     cfg["ppo"] = RL_CFG["ppo"] | {"n_steps": 64, "batch_size": 64, "n_epochs": 1}
-    for arm in arms.BUILTIN:
+    for arm in (a for a in arms.BUILTIN if not arms.get(a).off_policy):
         spec = job(pixels, tmp_path / arm, arm, cfg, task=TASK, eval_episodes=2)
         spec = dataclasses.replace(spec, task=task, policy=POLICY_CFG)
         env = rl.make_training_env(spec.task, spec.rl, transform, act_space, n_workers=1)
         try:
-            start = rl.Start(arms.get(arm), env, POLICY_CFG, spec.rl, clone, lambda: None, 3, "cpu")
+            start = rl.Start(
+                arms.get(arm),
+                env,
+                POLICY_CFG,
+                spec.rl,
+                clone,
+                lambda: None,
+                lambda *_: None,
+                3,
+                "cpu",
+            )
             model = rl.build_model(start)
         finally:
             env.close()
@@ -235,6 +245,38 @@ def test_every_arm_starts_from_the_cnn_clone_and_trains(pixels, tmp_path):
         result = rl.train_rl(spec, key=train_rl_stage.run_key(spec, "demos", "clone"))
         assert result.timesteps == 256 and isinstance(result.normalizer, policy.ImageObs)
         assert np.isfinite(result.evaluations[-1]["return_mean"])
+
+
+@pytest.mark.parametrize("arm", ["sac", "rlpd"])
+def test_the_sac_arms_train_on_frames_stored_as_uint8(pixels, tmp_path, arm):
+    """SAC on the camera task: the actor and the critics each read frames through their own
+    image encoder (the config's); the replay stores the frames uint8 (channels first, as SB3's
+    transposed env gives them) and so does rlpd's demonstration half; a few updates train."""
+    task = dataclasses.replace(configs.task(*TASK, entry_point=EXPERT), frame_stack=2)
+    cfg = RL_CFG | {"vec_env": "auto", "n_envs": 4, "eval_every": 256}
+    cfg["sac"] = RL_CFG["sac"] | {
+        "total_timesteps": 256,
+        "learning_starts": 64,
+        "buffer_size": 1024,
+        "batch_size": 32,
+        "critic_net_arch": [16],
+    }
+    spec = job(pixels, tmp_path / arm, arm, cfg, task=TASK, eval_episodes=2)
+    spec = dataclasses.replace(spec, task=task, policy=POLICY_CFG)
+    result = rl.train_rl(spec, key=train_rl_stage.run_key(spec, "demos", "clone"))
+    model = result.model
+    assert result.timesteps == 256 and np.isfinite(result.evaluations[-1]["return_mean"])
+    assert isinstance(model.actor.features_extractor, policy.SmallCNN)
+    assert isinstance(model.critic.features_extractor, policy.SmallCNN)
+    assert model.actor.features_extractor is not model.critic.features_extractor
+    buffer = model.replay_buffer
+    assert buffer.observations.dtype == np.uint8
+    assert buffer.observations.shape[2:] == model.observation_space.shape  # (C, H, W)
+    if arm == "rlpd":
+        assert buffer.demos is not None and buffer.demos.frames.dtype == np.uint8
+        assert buffer.demos.frames.shape[1:] == model.observation_space.shape
+        batch = buffer.sample(32)
+        assert batch.observations.shape[1:] == model.observation_space.shape
 
 
 def test_frames_are_gathered_batch_by_batch_into_the_batches_a_shuffled_copy_gives():
