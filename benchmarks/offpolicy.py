@@ -1,0 +1,181 @@
+"""Off-policy update speed: SB3's SAC.train against demo2rl's FastSAC.train and its limit.
+
+Gradient steps per second of ways of doing SB3 2.9's SAC update, on one CPU thread, with the
+same networks (actor and critics alike), batch size, and a replay buffer of random transitions
+of Racing-v0's observation and action spaces:
+
+(a)  sb3         ``stable_baselines3.SAC.train`` (``MlpPolicy``: two ``ContinuousCritic`` MLPs);
+(b)  ours        ``demo2rl.rl.sac.FastSAC.train`` as shipped (the step compiled);
+(b') ours_eager  the same with ``compile_update=False``;
+(c)  limit       (b)'s compiled step alone, in a bare loop over batches sampled (and their
+                 noises drawn) beforehand: no replay buffer, no SB3 call, no logging.
+
+Each is timed as SAC runs by default (one ``train(1)`` call per env step; ``--gradient-steps``
+changes it) for ``--seconds`` in ``--rounds`` rounds alternating between them, after a warm-up;
+the best round counts (another process on the machine slows some rounds, never speeds one up).
+Figures: ``grad_steps_vs_sb3`` = (b) / (a), ``grad_steps_vs_limit`` = (b) / (c),
+``eager_vs_sb3`` = (b') / (a), ``first_call_s`` (compiling; torch's on-disk cache may have
+held it), for ``--net`` ([64, 64]; figures without a suffix) and ``--net-large`` ([256, 256];
+suffixed ``_large``). A demo-mixed replay buffer's cost goes in :func:`demo_mix_cost`.
+
+Writes ``results/bench/offpolicy.json``. Run: .venv/bin/python benchmarks/offpolicy.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import time
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from _common import machine, report
+from stable_baselines3 import SAC
+from stable_baselines3.common.logger import configure
+
+import demo2rl.envs  # noqa: F401  (registers Racing-v0)
+from demo2rl.rl.sac import FastSAC
+
+ENV_ID = "Racing-v0"
+
+
+def filled_model(
+    cls: type[SAC], net: list[int], buffer_size: int, seed: int = 0, **kwargs: Any
+) -> SAC:
+    """A ``cls`` model on ``ENV_ID`` with ``net`` for actor and critics and a full replay buffer
+    of random transitions (1% terminal)."""
+    model = cls(
+        "MlpPolicy",
+        gym.make(ENV_ID),
+        buffer_size=buffer_size,
+        learning_starts=0,
+        policy_kwargs={"net_arch": net},
+        seed=seed,
+        device="cpu",
+        **kwargs,
+    )
+    model.set_logger(configure(None, []))
+    rng = np.random.default_rng(seed)
+    buffer = model.replay_buffer
+    assert buffer is not None
+    space = model.observation_space
+    assert isinstance(space, gym.spaces.Box)
+    low, high = np.broadcast_arrays(space.low, space.high)
+    for key in ("observations", "next_observations"):
+        getattr(buffer, key)[:] = rng.uniform(low, high, size=getattr(buffer, key).shape)
+    buffer.actions[:] = rng.uniform(-1, 1, size=buffer.actions.shape)
+    buffer.rewards[:] = rng.normal(size=buffer.rewards.shape)
+    buffer.dones[:] = rng.random(buffer.dones.shape) < 0.01
+    buffer.full = True
+    return model
+
+
+def timed(step: Callable[[], None], seconds: float) -> float:
+    """Calls of ``step`` per second, over at least ``seconds``."""
+    calls, start = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - start) < seconds:
+        for _ in range(10):
+            step()
+        calls += 10
+    return calls / elapsed
+
+
+def limit_step(model: FastSAC, batch_size: int, n_batches: int = 64) -> Callable[[], None]:
+    """(c): ``model``'s gradient step (compiled as FastSAC compiles it) on batches sampled and
+    preprocessed beforehand, with their Gaussian noises, cycled."""
+    step, run = model.step_function()
+    tensors, states, lrs = step.tensors(), step.states(), step.learning_rates()
+    tau = step.scalar(model.tau)
+    ent_coef = model.ent_coef_tensor if model.log_ent_coef is None else None
+    batches = []
+    for _ in range(n_batches):
+        batch = model.replay_buffer.sample(batch_size)
+        discounts = torch.full_like(batch.rewards, model.gamma)
+        noises = [torch.empty_like(batch.actions).normal_() for _ in range(2)]
+        batches.append(((*batch[:5], discounts), *noises))
+    cycle = itertools.cycle(batches)
+
+    def call() -> None:
+        data, noise, next_noise = next(cycle)
+        run(tensors, states, lrs, data, noise, next_noise, tau, ent_coef)
+
+    return call
+
+
+def demo_mix_cost(model: FastSAC, batch_size: int, seconds: float) -> dict[str, float]:
+    """Figures of a demo-mixed replay buffer (demo2rl.rl.replay) against SB3's: to be added
+    (e.g. ``demo_mix_cost`` = its ``sample`` time per gradient step / the whole step's). Empty
+    until that buffer exists."""
+    return {}
+
+
+def measure(net: list[int], args: argparse.Namespace) -> dict[str, float]:
+    """Best-of-rounds gradient steps per second of (a), (b), (b') and (c) for ``net``, and the
+    seconds of (b)'s first call (compiling included)."""
+    sb3 = filled_model(SAC, net, args.buffer_size)
+    ours = filled_model(FastSAC, net, args.buffer_size)
+    eager = filled_model(FastSAC, net, args.buffer_size, compile_update=False)
+    assert isinstance(ours, FastSAC) and isinstance(eager, FastSAC)
+    start = time.perf_counter()
+    ours.train(1, args.batch_size)
+    first_call = time.perf_counter() - start
+    g, b = args.gradient_steps, args.batch_size
+    steps: dict[str, tuple[Callable[[], None], int]] = {
+        "sb3": (lambda: sb3.train(g, b), g),
+        "ours": (lambda: ours.train(g, b), g),
+        "ours_eager": (lambda: eager.train(g, b), g),
+        "limit": (limit_step(ours, b), 1),
+    }
+    for step, _ in steps.values():
+        timed(step, args.warmup)
+    best = dict.fromkeys(steps, 0.0)
+    for _ in range(args.rounds):
+        for name, (step, per_call) in steps.items():
+            best[name] = max(best[name], per_call * timed(step, args.seconds))
+    return {
+        "sb3_grad_steps_per_s": best["sb3"],
+        "ours_grad_steps_per_s": best["ours"],
+        "grad_steps_vs_sb3": best["ours"] / best["sb3"],
+        "limit_grad_steps_per_s": best["limit"],
+        "grad_steps_vs_limit": best["ours"] / best["limit"],
+        "ours_eager_grad_steps_per_s": best["ours_eager"],
+        "eager_vs_sb3": best["ours_eager"] / best["sb3"],
+        "first_call_s": first_call,
+    } | demo_mix_cost(ours, b, args.seconds)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--net", type=int, nargs="+", default=[64, 64])
+    parser.add_argument("--net-large", type=int, nargs="+", default=[256, 256])
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--buffer-size", type=int, default=50_000)
+    parser.add_argument("--gradient-steps", type=int, default=1, help="per train() call")
+    parser.add_argument("--seconds", type=float, default=1.0, help="per contender and round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--warmup", type=float, default=0.5, help="seconds per contender")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+
+    figures: dict[str, Any] = measure(args.net, args)
+    large = measure(args.net_large, args)
+    figures |= {f"{key}_large": value for key, value in large.items()}
+    figures |= {
+        "net": args.net,
+        "net_large": args.net_large,
+        "machine": machine(),
+        "what": (
+            f"SAC updates on {ENV_ID}'s spaces, nets {args.net} and {args.net_large} (actor and "
+            f"critics), batch {args.batch_size}, buffer of {args.buffer_size} random "
+            f"transitions, train({args.gradient_steps}) calls, 1 torch thread; best of "
+            f"{args.rounds} rounds of {args.seconds} s each"
+        ),
+    }
+    report("offpolicy", figures)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,731 @@
+"""Soft actor-critic with stable-baselines3's mathematics and a fast gradient step.
+
+Why: on these 2-core machines the update loop, not the env, bounds an off-policy run, and SB3's
+``SAC.train`` spends most of a gradient step on overhead: one module per critic, a backward pass
+of the actor's loss into the critics' weights that nobody reads, ``torch.distributions``
+objects, ``.item()`` calls and per-parameter loops, all in Python, op by op. This module keeps
+SB3's algorithm, policy interface, buffers, logging and checkpoints, and makes the step cheap:
+
+* :class:`EnsembleCritic`: the ``n_critics`` Q-networks as one module, each layer's weights
+  stacked to ``(n_critics, in, out)`` and evaluated for all critics with one ``torch.baddbmm``;
+  optionally a LayerNorm (per critic, elementwise affine) after every hidden layer. It keeps
+  SB3's ``ContinuousCritic`` interface, so SB3's own ``SAC.train`` runs with it too.
+* :class:`FastSACPolicy` (and :class:`FastSACCnnPolicy`): SB3's ``SACPolicy`` with that critic.
+* :class:`FastSAC`: SB3's ``SAC`` whose ``train`` runs SB3 2.9's update as one function of
+  tensors (:class:`SACStep`), compiled by ``torch.compile`` into one graph: all critics in one
+  batched forward and backward pass, the actor's backward pass through the critics' inputs only,
+  the entropy coefficient's gradient in closed form, Adam and Polyak averaging in the same graph,
+  and nothing read back to Python until the losses are logged, once per ``train`` call.
+
+Not here: other algorithms (no policy delay, no random critic subsets, no CrossQ) and replay
+buffers (any buffer whose ``sample`` returns SB3's ``ReplayBufferSamples`` works, n-step
+discounts included). Speed: ``benchmarks/offpolicy.py``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import torch as th
+from gymnasium import spaces
+from stable_baselines3 import SAC
+from stable_baselines3.common.policies import BaseModel, BasePolicy
+from stable_baselines3.common.preprocessing import get_action_dim, preprocess_obs
+from stable_baselines3.common.torch_layers import (
+    BaseFeaturesExtractor,
+    FlattenExtractor,
+    NatureCNN,
+)
+from stable_baselines3.common.type_aliases import Schedule
+from stable_baselines3.sac.policies import LOG_STD_MAX, LOG_STD_MIN, Actor, SACPolicy
+from torch import nn
+from torch.func import functional_call, grad_and_value
+from torch.nn import functional as F
+
+SQUASH_EPSILON = 1e-6
+"""SB3's ``SquashedDiagGaussianDistribution`` epsilon in log(1 - tanh(u)^2 + epsilon)."""
+HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+
+# --------------------------------------------------------------------------------------------
+# 1. the critics: one module, stacked weights
+
+
+class EnsembleCritic(BaseModel):
+    """``n_critics`` independent Q(s, a) MLPs evaluated as one batch.
+
+    Layer ``k`` of every critic is ``weights[k]`` of shape ``(n_critics, in, out)`` and
+    ``biases[k]`` of shape ``(n_critics, 1, out)``; all critics run in one ``torch.baddbmm`` per
+    layer. Each critic is initialised like a fresh ``nn.Linear`` stack (kaiming-uniform with
+    a=sqrt(5), biases uniform in ±1/sqrt(fan_in)), drawing the random numbers in the order SB3's
+    ``ContinuousCritic`` draws them, so that under one seed both start from the same weights.
+    With ``layer_norm``, every hidden layer is followed by a LayerNorm per critic
+    (``norm_weights[k]``, ``norm_biases[k]``, shape ``(n_critics, 1, hidden)``).
+
+    The interface is SB3's ``ContinuousCritic`` (``forward`` returns a tuple of ``n_critics``
+    tensors of shape (B, 1), ``q1_forward``, features extractor handling), plus
+    :meth:`q_values`, all critics as one (n_critics, B, 1) tensor.
+
+    :param observation_space: the observation space.
+    :param action_space: the (Box) action space.
+    :param net_arch: the hidden layer sizes of every critic.
+    :param features_extractor: the network extracting features from observations.
+    :param features_dim: the number of features it extracts.
+    :param activation_fn: the activation after every hidden layer.
+    :param normalize_images: whether image observations are divided by 255.
+    :param n_critics: the number of Q-networks.
+    :param share_features_extractor: whether the features extractor is the actor's (then it is
+        trained by the actor's loss only and is evaluated here without gradients).
+    :param layer_norm: whether a LayerNorm follows every hidden layer of every critic.
+    """
+
+    features_extractor: BaseFeaturesExtractor
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Box,
+        net_arch: list[int],
+        features_extractor: BaseFeaturesExtractor,
+        features_dim: int,
+        activation_fn: type[nn.Module] = nn.ReLU,
+        normalize_images: bool = True,
+        n_critics: int = 2,
+        share_features_extractor: bool = True,
+        layer_norm: bool = False,
+    ) -> None:
+        super().__init__(
+            observation_space,
+            action_space,
+            features_extractor=features_extractor,
+            normalize_images=normalize_images,
+        )
+        self.share_features_extractor = share_features_extractor
+        self.n_critics = n_critics
+        self.layer_norm = layer_norm
+        sizes = [features_dim + get_action_dim(action_space), *net_arch, 1]
+        self.weights = nn.ParameterList(
+            th.empty(n_critics, fan_in, fan_out) for fan_in, fan_out in itertools.pairwise(sizes)
+        )
+        self.biases = nn.ParameterList(th.empty(n_critics, 1, fan_out) for fan_out in sizes[1:])
+        hidden = net_arch if layer_norm else []
+        self.norm_weights = nn.ParameterList(th.ones(n_critics, 1, size) for size in hidden)
+        self.norm_biases = nn.ParameterList(th.zeros(n_critics, 1, size) for size in hidden)
+        self.activation = activation_fn()
+        self.reset_parameters()
+
+    @th.no_grad()
+    def reset_parameters(self) -> None:
+        """Every critic's layers initialised as ``nn.Linear`` does, critic by critic and layer by
+        layer (SB3's order); LayerNorms to the identity."""
+        for critic in range(self.n_critics):
+            for weight, bias in zip(self.weights, self.biases, strict=True):
+                fan_in, fan_out = weight.shape[1:]
+                layer = th.empty(fan_out, fan_in)
+                nn.init.kaiming_uniform_(layer, a=math.sqrt(5))
+                weight[critic].copy_(layer.T)
+                bias[critic].uniform_(-1 / math.sqrt(fan_in), 1 / math.sqrt(fan_in))
+        for weight, bias in zip(self.norm_weights, self.norm_biases, strict=True):
+            weight.fill_(1.0)
+            bias.zero_()
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        raise NotImplementedError("an EnsembleCritic is built and saved by its policy")
+
+    def features(self, obs: th.Tensor, preprocessed: bool = False) -> th.Tensor:
+        """The features the critics see (of observations already preprocessed by SB3's
+        ``preprocess_obs`` if ``preprocessed``): with gradients only if the extractor is the
+        critics' own (a shared extractor is trained by the actor's loss only, as in SB3)."""
+        with th.set_grad_enabled(not self.share_features_extractor):
+            if preprocessed:
+                return self.features_extractor(obs)
+            return self.extract_features(obs, self.features_extractor)
+
+    def mlp(self, inputs: th.Tensor, critics: slice = slice(None)) -> th.Tensor:
+        """The ``critics`` Q-networks on ``inputs`` (B, features + actions): (n, B, 1)."""
+        layers = self._layers(critics)
+        x = inputs.expand(layers[0][0].shape[0], *inputs.shape)
+        for weight, bias, norm in layers[:-1]:
+            x = th.baddbmm(bias, x, weight)
+            if norm is not None:
+                x = th.addcmul(norm[1], F.layer_norm(x, x.shape[-1:]), norm[0])
+            x = self.activation(x)
+        # the output layer (one unit) as a product and a sum: on this CPU a bmm with one output
+        # column costs more than the elementwise product
+        weight, bias, _ = layers[-1]
+        return (x * weight.transpose(1, 2)).sum(dim=2, keepdim=True) + bias
+
+    def _layers(
+        self, critics: slice
+    ) -> list[tuple[th.Tensor, th.Tensor, tuple[th.Tensor, th.Tensor] | None]]:
+        """(weight, bias, the LayerNorm's (weight, bias) or None) per layer, of ``critics``."""
+        norms: list[tuple[th.Tensor, th.Tensor] | None] = list(
+            zip(self.norm_weights, self.norm_biases, strict=True)
+        ) or [None] * (len(self.weights) - 1)
+        layers = list(zip(self.weights, self.biases, [*norms, None], strict=True))
+        if critics == slice(None):
+            return layers
+        return [
+            (w[critics], b[critics], n and (n[0][critics], n[1][critics])) for w, b, n in layers
+        ]
+
+    def q_values(self, obs: th.Tensor, actions: th.Tensor, preprocessed: bool = False) -> th.Tensor:
+        """All critics' Q(obs, actions) as one (n_critics, B, 1) tensor."""
+        return self.mlp(th.cat([self.features(obs, preprocessed), actions], dim=1))
+
+    def forward(self, obs: th.Tensor, actions: th.Tensor) -> tuple[th.Tensor, ...]:
+        """SB3's interface: a tuple of ``n_critics`` Q-value tensors of shape (B, 1)."""
+        return tuple(self.q_values(obs, actions).unbind(0))
+
+    def q1_forward(self, obs: th.Tensor, actions: th.Tensor) -> th.Tensor:
+        """The first critic's Q-values (B, 1), features without gradients (as SB3's)."""
+        with th.no_grad():
+            features = self.extract_features(obs, self.features_extractor)
+        return self.mlp(th.cat([features, actions], dim=1), critics=slice(0, 1))[0]
+
+
+# --------------------------------------------------------------------------------------------
+# 2. the policies: SB3's SACPolicy with that critic
+
+
+class FastSACPolicy(SACPolicy):
+    """SB3's ``SACPolicy`` (same actor, same arguments) whose critic and target critic are
+    :class:`EnsembleCritic` modules.
+
+    Unlike SB3's, its optimizers default to fused Adam (``optimizer_kwargs={"fused": True}``
+    when the optimizer is Adam and neither ``fused`` nor ``foreach`` is given): the same
+    arithmetic in one kernel per step. Its saved constructor parameters include
+    ``share_features_extractor`` (SB3's omit it).
+
+    :param critic_layer_norm: a LayerNorm after every hidden layer of every critic (and of the
+        target critics).
+
+    The other parameters are ``SACPolicy``'s.
+    """
+
+    critic: EnsembleCritic  # type: ignore[assignment]
+    critic_target: EnsembleCritic  # type: ignore[assignment]
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Box,
+        lr_schedule: Schedule,
+        net_arch: list[int] | dict[str, list[int]] | None = None,
+        activation_fn: type[nn.Module] = nn.ReLU,
+        use_sde: bool = False,
+        log_std_init: float = -3,
+        use_expln: bool = False,
+        clip_mean: float = 2.0,
+        features_extractor_class: type[BaseFeaturesExtractor] = FlattenExtractor,
+        features_extractor_kwargs: dict[str, Any] | None = None,
+        normalize_images: bool = True,
+        optimizer_class: type[th.optim.Optimizer] = th.optim.Adam,
+        optimizer_kwargs: dict[str, Any] | None = None,
+        n_critics: int = 2,
+        share_features_extractor: bool = False,
+        critic_layer_norm: bool = False,
+    ) -> None:
+        self.critic_layer_norm = critic_layer_norm  # read by make_critic, inside super().__init__
+        optimizer_kwargs = dict(optimizer_kwargs or {})
+        if issubclass(optimizer_class, th.optim.Adam) and not {"fused", "foreach"} & set(
+            optimizer_kwargs
+        ):
+            optimizer_kwargs["fused"] = True
+        super().__init__(
+            observation_space,
+            action_space,
+            lr_schedule,
+            net_arch=net_arch,
+            activation_fn=activation_fn,
+            use_sde=use_sde,
+            log_std_init=log_std_init,
+            use_expln=use_expln,
+            clip_mean=clip_mean,
+            features_extractor_class=features_extractor_class,
+            features_extractor_kwargs=features_extractor_kwargs,
+            normalize_images=normalize_images,
+            optimizer_class=optimizer_class,
+            optimizer_kwargs=optimizer_kwargs,
+            n_critics=n_critics,
+            share_features_extractor=share_features_extractor,
+        )
+
+    def make_critic(  # type: ignore[override]
+        self, features_extractor: BaseFeaturesExtractor | None = None
+    ) -> EnsembleCritic:
+        kwargs = self._update_features_extractor(self.critic_kwargs, features_extractor)
+        return EnsembleCritic(**kwargs, layer_norm=self.critic_layer_norm).to(self.device)
+
+    def set_training_mode(self, mode: bool) -> None:
+        """SB3's (the actor and the critics to ``mode``; the target critics stay in evaluation
+        mode), without walking the module trees each time: SAC calls it before every update
+        and every action."""
+        cached = getattr(self, "_mode_modules", None)
+        if cached is None or cached[0] is not self.actor or cached[1] is not self.critic:
+            cached = (self.actor, self.critic, [*self.actor.modules(), *self.critic.modules()])
+            self._mode_modules = cached
+        for module in cached[2]:
+            module.__dict__["training"] = mode  # what nn.Module.train sets, without its checks
+        self.training = mode
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        return super()._get_constructor_parameters() | {
+            "share_features_extractor": self.share_features_extractor,
+            "critic_layer_norm": self.critic_layer_norm,
+        }
+
+
+class FastSACCnnPolicy(FastSACPolicy):
+    """:class:`FastSACPolicy` with SB3's ``NatureCNN`` features extractor by default (SB3's
+    ``CnnPolicy`` with batched critics)."""
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Box,
+        lr_schedule: Schedule,
+        features_extractor_class: type[BaseFeaturesExtractor] = NatureCNN,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            observation_space,
+            action_space,
+            lr_schedule,
+            features_extractor_class=features_extractor_class,
+            **kwargs,
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# 3. the update: one gradient step as one function of tensors
+
+
+class _Critics(nn.Module):
+    """``critic.q_values`` of preprocessed observations as a forward, for ``functional_call``."""
+
+    def __init__(self, critic: EnsembleCritic) -> None:
+        super().__init__()
+        self.critic = critic
+
+    def forward(self, obs: th.Tensor, actions: th.Tensor) -> th.Tensor:
+        return self.critic.q_values(obs, actions, preprocessed=True)
+
+
+class _ActorDistribution(nn.Module):
+    """SB3's ``Actor.get_action_dist_params`` (without gSDE) of preprocessed observations: the
+    Gaussian's mean and clamped log-std."""
+
+    def __init__(self, actor: Actor) -> None:
+        super().__init__()
+        self.actor = actor
+
+    def forward(self, obs: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
+        latent = self.actor.latent_pi(self.actor.features_extractor(obs))
+        log_std = th.clamp(self.actor.log_std(latent), LOG_STD_MIN, LOG_STD_MAX)
+        return self.actor.mu(latent), log_std
+
+
+class SACStep:
+    """SB3 2.9's SAC gradient step as one function of tensors: what :class:`FastSAC` runs,
+    compiled or not.
+
+    Inputs: the model's parameters (detached aliases: the step updates them in place), the Adam
+    optimizers' state tensors and learning rates, a batch (observations preprocessed), the
+    actor's two Gaussian draws, this step's Polyak coefficient (``tau``, or 0 between target
+    updates) and the entropy coefficient if it is fixed; output: the values to log. The actor's
+    loss differentiates the actor only: the critics are constants there, its backward pass goes
+    through their inputs and never into their weights.
+
+    Compiled (``torch.compile``), the step is one graph: the gradients come from ``torch.func``
+    and the optimizer steps are ``torch.optim.Adam``'s arithmetic written out, on the
+    optimizers' own state tensors (``step``, ``exp_avg``, ``exp_avg_sq``, created as torch
+    creates them). Run eagerly, it uses autograd and each optimizer's own ``step``.
+
+    :param model: the :class:`FastSAC` model whose networks and optimizers it updates.
+    """
+
+    def __init__(self, model: FastSAC) -> None:
+        self.actor = _ActorDistribution(model.actor)
+        self.critic = _Critics(model.critic)
+        self.target = _Critics(model.critic_target)
+        self.n_critics = model.critic.n_critics
+        assert isinstance(model.target_entropy, float)
+        self.target_entropy = model.target_entropy
+        self.optimizers = [model.actor.optimizer, model.critic.optimizer]
+        if model.ent_coef_optimizer is not None:
+            self.optimizers.append(model.ent_coef_optimizer)
+
+        self.parameters: list[nn.Parameter] = []
+        position: dict[int, int] = {}
+
+        def index(param: nn.Parameter) -> int:
+            if id(param) not in position:
+                position[id(param)] = len(self.parameters)
+                self.parameters.append(param)
+            return position[id(param)]
+
+        self.names = {
+            which: [(name, index(p)) for name, p in module.named_parameters(remove_duplicate=False)]
+            for which, module in (("actor", self.actor), ("critic", self.critic))
+        }
+        self.names["target"] = [
+            (name, index(p)) for name, p in self.target.named_parameters(remove_duplicate=False)
+        ]
+        self.ent_coef_index = index(model.log_ent_coef) if model.log_ent_coef is not None else None
+        self.adam = [[index(p) for p in opt.param_groups[0]["params"]] for opt in self.optimizers]
+        trainable = set(self.adam[1])
+        self.critic_trainable = [(n, i) for n, i in self.names["critic"] if i in trainable]
+        self.critic_frozen = [(n, i) for n, i in self.names["critic"] if i not in trainable]
+        # SB3's polyak_update zips the critics' parameters with the target critics'
+        self.polyak = (
+            [index(p) for p in model.critic_target.parameters()],
+            [index(p) for p in model.critic.parameters()],
+        )
+        if len(self.polyak[0]) != len(self.polyak[1]):
+            raise ValueError("the critics and the target critics have different parameters")
+        names = {i: n for n, i in self.names["actor"]} | {i: n for n, i in self.critic_trainable}
+        self.order = [[names[i] for i in self.adam[0]], [names[i] for i in self.adam[1]]]
+        self._scalars: dict[tuple[float, th.dtype, int], th.Tensor] = {}
+
+    def tensors(self) -> list[th.Tensor]:
+        """Aliases of the model's parameters, without gradients (the step updates them)."""
+        return [p.detach() for p in self.parameters]
+
+    def states(self) -> list[tuple[list[th.Tensor], list[th.Tensor], list[th.Tensor]]]:
+        """Per optimizer, its (steps, exp_avgs, exp_avg_sqs), created where missing."""
+        states = []
+        for opt in self.optimizers:
+            params = opt.param_groups[0]["params"]
+            for p in params:
+                if not opt.state[p]:
+                    opt.state[p].update(
+                        step=th.zeros((), dtype=th.float32, device=p.device),
+                        exp_avg=th.zeros_like(p, memory_format=th.preserve_format),
+                        exp_avg_sq=th.zeros_like(p, memory_format=th.preserve_format),
+                    )
+            states.append(
+                tuple(
+                    [opt.state[p][key] for p in params] for key in ("step", "exp_avg", "exp_avg_sq")
+                )
+            )
+        return states  # type: ignore[return-value]
+
+    def scalar(self, value: float, dtype: th.dtype = th.float32, ndim: int = 0) -> th.Tensor:
+        """``value`` as a tensor of ``ndim`` dimensions (0 or 1), the same tensor while the
+        value is the same (a graph input: a new value is no new graph)."""
+        key = (value, dtype, ndim)
+        if key not in self._scalars:
+            if len(self._scalars) > 64:
+                self._scalars.clear()
+            data = [value] if ndim else value
+            self._scalars[key] = th.tensor(data, dtype=dtype, device=self.parameters[0].device)
+        return self._scalars[key]
+
+    def learning_rates(self) -> list[th.Tensor]:
+        """The optimizers' current learning rates, float64 (as torch's Adam computes with) and
+        of shape (1,) (a 0-dim one would have ``torch.compile`` check it for NaN each call)."""
+        return [self.scalar(opt.param_groups[0]["lr"], th.float64, 1) for opt in self.optimizers]
+
+    def __call__(
+        self,
+        tensors: list[th.Tensor],
+        states: list[tuple[list[th.Tensor], list[th.Tensor], list[th.Tensor]]] | None,
+        lrs: list[th.Tensor] | None,
+        batch: tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor, th.Tensor, th.Tensor],
+        noise: th.Tensor,
+        next_noise: th.Tensor,
+        tau: th.Tensor,
+        ent_coef: th.Tensor | None,
+    ) -> th.Tensor:
+        """One gradient step; returns (ent_coef, actor_loss, critic_loss[, ent_coef_loss])."""
+        obs, actions, next_obs, dones, rewards, discounts = batch
+        actor = self._params("actor", tensors)
+        if self.ent_coef_index is not None:
+            log_ent_coef = tensors[self.ent_coef_index]
+            ent_coef = log_ent_coef.exp()  # before this step's update, as SB3's
+        assert ent_coef is not None
+
+        # the target: rewards + (1 - dones) * discount * (min_i Q'_i(s', a') - ent_coef * log pi)
+        next_actions, next_log_prob = self._sample(actor, next_obs, next_noise)
+        target_critics = self._params("target", tensors)
+        next_q = functional_call(
+            self.target, target_critics, (next_obs, next_actions), tie_weights=False
+        ).amin(0)
+        target_q = rewards + (1 - dones) * discounts * (next_q - ent_coef * next_log_prob)
+
+        # the critics: 0.5 * sum_i MSE(Q_i(s, a), target)
+        trainable = {n: tensors[i] for n, i in self.critic_trainable}
+        frozen = {n: tensors[i] for n, i in self.critic_frozen}
+        critic_loss, _ = self._minimise(
+            1, self._critic_loss, trainable, (frozen, obs, actions, target_q), tensors, states, lrs
+        )
+
+        # the actor: mean(ent_coef * log pi(a|s) - min_i Q_i(s, a)), with the updated critics
+        critics = self._params("critic", tensors)
+        actor_loss, log_prob = self._minimise(
+            0, self._actor_loss, actor, (critics, obs, noise, ent_coef), tensors, states, lrs
+        )
+
+        logged = [ent_coef.reshape(()), actor_loss, critic_loss]
+        if self.ent_coef_index is not None:
+            # SB3's loss -(log_ent_coef * (log_prob + target_entropy).detach()).mean() and its
+            # gradient -mean(log_prob + target_entropy), in closed form
+            surprise = (log_prob + self.target_entropy).mean()
+            logged.append(-(log_ent_coef * surprise).reshape(()))
+            self._apply(2, [-surprise.reshape(1)], tensors, states, lrs)
+
+        targets, sources = self.polyak
+        th._foreach_lerp_([tensors[i] for i in targets], [tensors[i] for i in sources], tau)
+        return th.stack(logged)
+
+    def _minimise(
+        self,
+        which: int,
+        loss: Callable[..., tuple[th.Tensor, th.Tensor]],
+        params: dict[str, th.Tensor],
+        args: tuple[Any, ...],
+        tensors: list[th.Tensor],
+        states: list[tuple[list[th.Tensor], list[th.Tensor], list[th.Tensor]]] | None,
+        lrs: list[th.Tensor] | None,
+    ) -> tuple[th.Tensor, th.Tensor]:
+        """Optimizer ``which``'s step on ``loss(params, *args)``, which returns the loss and an
+        auxiliary output (without gradients); returns both. Compiling: ``torch.func``'s gradient
+        (only ``params`` are differentiated); eagerly: autograd's."""
+        order = self.order[which]
+        if th.compiler.is_compiling():
+            grads, (value, aux) = grad_and_value(loss, has_aux=True)(params, *args)
+            self._apply(which, [grads[n] for n in order], tensors, states, lrs)
+            return value, aux
+        leaves = {n: t.detach().requires_grad_() for n, t in params.items()}
+        value, aux = loss(leaves, *args)
+        self._apply(
+            which, th.autograd.grad(value, [leaves[n] for n in order]), tensors, states, lrs
+        )
+        return value.detach(), aux
+
+    def _apply(
+        self,
+        which: int,
+        grads: list[th.Tensor] | tuple[th.Tensor, ...],
+        tensors: list[th.Tensor],
+        states: list[tuple[list[th.Tensor], list[th.Tensor], list[th.Tensor]]] | None,
+        lrs: list[th.Tensor] | None,
+    ) -> None:
+        """Optimizer ``which``'s step with ``grads`` (in its parameters' order). Compiling:
+        Adam's arithmetic in the graph (:meth:`_adam_`); eagerly: the optimizer's ``step``."""
+        if th.compiler.is_compiling():
+            assert states is not None and lrs is not None
+            self._adam_(which, list(grads), tensors, states, lrs)
+            return
+        optimizer = self.optimizers[which]
+        for param, grad in zip(optimizer.param_groups[0]["params"], grads, strict=True):
+            param.grad = grad
+        optimizer.step()
+
+    def _params(self, which: str, tensors: list[th.Tensor]) -> dict[str, th.Tensor]:
+        return {name: tensors[i] for name, i in self.names[which]}
+
+    def _sample(
+        self, actor: dict[str, th.Tensor], obs: th.Tensor, noise: th.Tensor
+    ) -> tuple[th.Tensor, th.Tensor]:
+        """SB3's ``Actor.action_log_prob`` written out, with ``noise`` as its Gaussian draw:
+        tanh(mean + noise * std) and log N(u; mean, std) - log(1 - tanh(u)^2 + eps) (B, 1)."""
+        mean, log_std = functional_call(self.actor, actor, (obs,), tie_weights=False)
+        actions = th.tanh(th.addcmul(mean, noise, log_std.exp()))
+        per_dim = 0.5 * noise.square() + log_std + th.log(1 - actions.square() + SQUASH_EPSILON)
+        return actions, -per_dim.sum(dim=1, keepdim=True) - HALF_LOG_2PI * mean.shape[1]
+
+    def _critic_loss(
+        self,
+        trainable: dict[str, th.Tensor],
+        frozen: dict[str, th.Tensor],
+        obs: th.Tensor,
+        actions: th.Tensor,
+        target_q: th.Tensor,
+    ) -> tuple[th.Tensor, th.Tensor]:
+        q = functional_call(self.critic, (trainable, frozen), (obs, actions), tie_weights=False)
+        loss = (q - target_q).square().mean() * (0.5 * self.n_critics)
+        return loss, loss.detach()
+
+    def _actor_loss(
+        self,
+        actor: dict[str, th.Tensor],
+        critics: dict[str, th.Tensor],
+        obs: th.Tensor,
+        noise: th.Tensor,
+        ent_coef: th.Tensor,
+    ) -> tuple[th.Tensor, th.Tensor]:
+        actions, log_prob = self._sample(actor, obs, noise)
+        q = functional_call(self.critic, critics, (obs, actions), tie_weights=False)
+        return (ent_coef * log_prob - q.min(0).values).mean(), log_prob.detach()
+
+    def _adam_(
+        self,
+        which: int,
+        grads: list[th.Tensor],
+        tensors: list[th.Tensor],
+        states: list[tuple[list[th.Tensor], list[th.Tensor], list[th.Tensor]]],
+        lrs: list[th.Tensor],
+    ) -> None:
+        """``torch.optim.Adam``'s step for optimizer ``which``: its ``_single_tensor_adam``
+        arithmetic, as list operations (bias corrections in float64, per parameter)."""
+        group = self.optimizers[which].param_groups[0]
+        beta1, beta2 = group["betas"]
+        eps, weight_decay = group["eps"], group["weight_decay"]
+        params = [tensors[i] for i in self.adam[which]]
+        steps, exp_avgs, exp_avg_sqs = states[which]
+        th._foreach_add_(steps, 1)
+        if weight_decay != 0:
+            grads = th._foreach_add(grads, params, alpha=weight_decay)
+        th._foreach_lerp_(exp_avgs, grads, 1 - beta1)
+        th._foreach_mul_(exp_avg_sqs, beta2)
+        th._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1 - beta2)
+        counts = th.stack(steps).double()
+        step_sizes = lrs[which] / (1 - beta1**counts)
+        bias_corrections2_sqrt = (1 - beta2**counts).sqrt()
+        denominators = th._foreach_sqrt(exp_avg_sqs)
+        th._foreach_div_(denominators, list(bias_corrections2_sqrt.unbind(0)))
+        th._foreach_add_(denominators, eps)
+        updates = th._foreach_div(exp_avgs, denominators)
+        th._foreach_mul_(updates, list(step_sizes.unbind(0)))
+        th._foreach_sub_(params, updates)
+
+
+def check_adam(optimizer: th.optim.Optimizer) -> None:
+    """Raises TypeError unless ``optimizer`` is a plain ``torch.optim.Adam`` (one parameter
+    group; no amsgrad, maximize, decoupled weight decay, capturable or differentiable mode):
+    what :class:`SACStep` reproduces."""
+    group = optimizer.param_groups[0] if len(optimizer.param_groups) == 1 else {}
+    unsupported = ("amsgrad", "maximize", "decoupled_weight_decay", "capturable", "differentiable")
+    if type(optimizer) is not th.optim.Adam or not group or any(group.get(k) for k in unsupported):
+        raise TypeError(
+            f"FastSAC's step is torch.optim.Adam's with one parameter group and none of "
+            f"{', '.join(unsupported)}; got {optimizer!r}"
+        )
+
+
+class FastSAC(SAC):
+    """SB3's SAC whose ``train`` runs SB3 2.9's update as one compiled step (:class:`SACStep`).
+
+    Everything but ``train`` is SB3's ``SAC``: the constructor's arguments, ``learn``, the
+    replay buffers (``n_steps`` for n-step returns, or any ``replay_buffer_class`` whose
+    ``sample`` returns ``ReplayBufferSamples``), ``save``/``load``; the optimizers' state is
+    theirs, so SB3's own ``SAC.train`` could carry on from it. The policy must have an
+    :class:`EnsembleCritic`: ``"MlpPolicy"`` and ``"CnnPolicy"`` name :class:`FastSACPolicy`
+    and :class:`FastSACCnnPolicy`. Not supported: gSDE (``use_sde``) and batch normalisation in
+    the networks; compiled, optimizers other than ``torch.optim.Adam`` (:func:`check_adam`).
+
+    Per gradient step, in SB3's order and with SB3's random draws: a batch from the replay
+    buffer; two standard normal draws, for the actor's actions on the observations and on the
+    next observations; the target ``rewards + (1 - dones) * discount * (min_i Q'_i(s', a') -
+    ent_coef * log_prob(a'|s'))`` (``discount`` is the batch's ``discounts`` when the buffer
+    gives them, else ``gamma``); the critics' Adam step on ``0.5 * sum_i MSE(Q_i(s, a),
+    target)``; the actor's on ``mean(ent_coef * log_prob - min_i Q_i(s, a~pi))`` with the
+    critics just updated; the entropy coefficient's (``ent_coef="auto"``) on
+    ``-mean(log_ent_coef * (log_prob + target_entropy))``; every ``target_update_interval``-th
+    step of a ``train`` call, Polyak averaging of the target critics with ``tau``. The losses
+    stay tensors until the end of the call, where their means are logged under SB3's keys.
+
+    Compiling pays: on a 2-core AMD EPYC, one torch thread, [64, 64] networks, batch 256 and
+    ``train(1)`` calls (``benchmarks/offpolicy.py``, Nov 2026), the compiled step ran 952
+    gradient steps/s, the same step run eagerly 449 and SB3's ``SAC.train`` 345; with
+    [256, 256] networks 125, 105 and 87 (the matrix products dominate there). Compiling needs
+    a C++ compiler (inductor) and takes 5-20 s at the first ``train`` call of a process, and
+    again for each new batch size; torch caches it on disk.
+
+    :param compile_update: compile the step with ``torch.compile`` (``compile_backend``); if
+        False, run it eagerly (slower; no compiler needed).
+
+    The other parameters are SB3's ``SAC``'s.
+    """
+
+    policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
+        "MlpPolicy": FastSACPolicy,
+        "CnnPolicy": FastSACCnnPolicy,
+    }
+    compile_backend: str = "inductor"
+    """The ``torch.compile`` backend of the step (tests check the graph with "aot_eager")."""
+    policy: FastSACPolicy
+    critic: EnsembleCritic  # type: ignore[assignment]
+    critic_target: EnsembleCritic  # type: ignore[assignment]
+
+    def __init__(self, *args: Any, compile_update: bool = True, **kwargs: Any) -> None:
+        self.compile_update = compile_update
+        super().__init__(*args, **kwargs)
+
+    def _setup_model(self) -> None:
+        super()._setup_model()
+        if not isinstance(self.critic, EnsembleCritic):
+            raise TypeError(
+                f"FastSAC needs a policy with an EnsembleCritic (FastSACPolicy), "
+                f"got a {type(self.critic).__name__}"
+            )
+        if self.use_sde:
+            raise NotImplementedError("FastSAC does not implement gSDE (use_sde=True)")
+        if self.batch_norm_stats:
+            raise NotImplementedError("FastSAC does not implement batch normalisation")
+        self._step: tuple[FastSACPolicy, bool, SACStep, Callable[..., th.Tensor]] | None = None
+
+    def _excluded_save_params(self) -> list[str]:
+        return [*super()._excluded_save_params(), "_step"]
+
+    def step_function(self) -> tuple[SACStep, Callable[..., th.Tensor]]:
+        """The policy's :class:`SACStep` and what runs it (compiled if ``compile_update``),
+        built once per policy object and setting."""
+        if self._step is None or self._step[:2] != (self.policy, self.compile_update):
+            step = SACStep(self)
+            run: Callable[..., th.Tensor] = step
+            if self.compile_update:
+                for optimizer in step.optimizers:
+                    check_adam(optimizer)
+                run = th.compile(step, fullgraph=True, dynamic=False, backend=self.compile_backend)
+            self._step = (self.policy, self.compile_update, step, run)
+        return self._step[2], self._step[3]
+
+    def train(self, gradient_steps: int, batch_size: int = 64) -> None:
+        """``gradient_steps`` SAC updates on batches of ``batch_size`` from the replay buffer;
+        the mean losses logged once, at the end (SB3's keys)."""
+        self.policy.set_training_mode(True)
+        optimizers = [self.actor.optimizer, self.critic.optimizer]
+        if self.ent_coef_optimizer is not None:
+            optimizers.append(self.ent_coef_optimizer)
+        self._update_learning_rate(optimizers)
+        step, run = self.step_function()
+        tensors = step.tensors()
+        compiled = run is not step
+        states, lrs = (step.states(), step.learning_rates()) if compiled else (None, None)
+        taus = (step.scalar(self.tau), step.scalar(0.0))
+        ent_coef = self.ent_coef_tensor if self.log_ent_coef is None else None
+        gamma: th.Tensor | None = None
+        normalize = self.policy.normalize_images
+
+        logged = []
+        for gradient_step in range(gradient_steps):
+            batch = self.replay_buffer.sample(batch_size, env=self._vec_normalize_env)  # type: ignore[union-attr]
+            discounts = batch.discounts
+            if discounts is None:
+                if gamma is None or gamma.shape != batch.rewards.shape:
+                    gamma = th.full_like(batch.rewards, self.gamma)
+                discounts = gamma
+            # the actor's Gaussian draws, in SB3's order: on the observations, then on the next
+            noise = th.empty_like(batch.actions).normal_()
+            next_noise = th.empty_like(batch.actions).normal_()
+            tau = taus[0] if gradient_step % self.target_update_interval == 0 else taus[1]
+            obs, next_obs = (
+                preprocess_obs(o, self.observation_space, normalize_images=normalize)
+                for o in (batch.observations, batch.next_observations)
+            )
+            tensors_in = (obs, batch.actions, next_obs, batch.dones, batch.rewards, discounts)
+            logged.append(run(tensors, states, lrs, tensors_in, noise, next_noise, tau, ent_coef))
+        self._n_updates += gradient_steps
+
+        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
+        if not logged:
+            return
+        means = th.stack(logged).mean(dim=0).tolist()
+        keys = ["train/ent_coef", "train/actor_loss", "train/critic_loss", "train/ent_coef_loss"]
+        for key, value in zip(keys, means, strict=False):
+            self.logger.record(key, value)
