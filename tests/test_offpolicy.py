@@ -165,10 +165,12 @@ SAC = RL_CFG["sac"] | {
     "learning_starts": 256,
     "buffer_size": 4096,
     "critic_net_arch": [32, 32],
+    "compile": False,  # a few thousand steps: compiling would cost more than it saves
 }
-KILLED_SAC = SAC | {"learning_starts": 1536}
+KILLED_SAC = SAC | {"learning_starts": 1536, "compile": True}
 """The killed run's: killed after its checkpoint at 1,024 steps, inside its warm-up of uniformly
-random actions (the action space's own random stream, which the checkpoint holds too)."""
+random actions (the action space's own random stream, which the checkpoint holds too); its
+update compiled, as config.yaml's (the resumed process compiles it anew)."""
 RLPD = RL_CFG["rlpd"] | {"actor_from_clone": True}
 
 

@@ -260,6 +260,7 @@ def test_the_sac_arms_train_on_frames_stored_as_uint8(pixels, tmp_path, arm):
         "buffer_size": 1024,
         "batch_size": 32,
         "critic_net_arch": [16],
+        "compile": False,
     }
     spec = job(pixels, tmp_path / arm, arm, cfg, task=TASK, eval_episodes=2)
     spec = dataclasses.replace(spec, task=task, policy=POLICY_CFG)

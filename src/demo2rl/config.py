@@ -287,6 +287,7 @@ class SACConfig(Section):
     n_critics: int
     critic_net_arch: list[int]
     critic_layer_norm: bool
+    compile: bool
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import shutil
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -28,7 +29,7 @@ from stable_baselines3.common.preprocessing import is_image_space
 from stable_baselines3.common.vec_env import VecCheckNan, VecEnv, VecNormalize
 
 from demo2rl import arms, dataset, guidance, policy, vec
-from demo2rl.config import PolicyConfig, RLConfig, TaskConfig
+from demo2rl.config import ConfigError, PolicyConfig, RLConfig, TaskConfig
 from demo2rl.rl import replay, sac
 
 # --------------------------------------------------------------------------------------------
@@ -151,6 +152,12 @@ class Start:
         every batch (0: none)."""
         cfg = self.rl_cfg.sac
         assert cfg is not None
+        if cfg.compile and not any(map(shutil.which, ("c++", "g++", "clang++"))):
+            raise ConfigError(
+                "rl.sac.compile",
+                "torch.compile needs a C++ compiler, and none is on PATH: install one (e.g. "
+                "apt install g++) or set rl.sac.compile: false",
+            )
         return DemoSAC(
             "MlpPolicy",
             self.env,
@@ -175,6 +182,7 @@ class Start:
             seed=self.seed,
             device=self.device,
             verbose=0,
+            compile_update=cfg.compile,
         )
 
     def ppo(
