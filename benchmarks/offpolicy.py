@@ -16,7 +16,15 @@ the best round counts (another process on the machine slows some rounds, never s
 Figures: ``grad_steps_vs_sb3`` = (b) / (a), ``grad_steps_vs_limit`` = (b) / (c),
 ``eager_vs_sb3`` = (b') / (a), ``first_call_s`` (compiling; torch's on-disk cache may have
 held it), for ``--net`` ([64, 64]; figures without a suffix) and ``--net-large`` ([256, 256];
-suffixed ``_large``). A demo-mixed replay buffer's cost goes in :func:`demo_mix_cost`.
+suffixed ``_large``).
+
+Then, for ``--net``: ``demo_mix_cost``, (b)'s gradient steps per second with rlpd's replay (half
+of every batch from 50,000 demonstration transitions, 3-step returns) over the same with no
+demonstrations (the sac control's replay); ``replay_mb_per_100k``, the peak resident memory a
+replay of 100,000 Racing-v0 transitions adds once filled; and ``ppo_guard_cost``, a PPO run's
+seconds with demo2rl's guards (the finite checks on env values and weights, the time limit on
+every env call, the resume snapshot at every rollout start) over the same run of SB3's plain PPO
+on the same native env without them, minus 1 (one run each, ``--ppo-steps`` env steps).
 
 Writes ``results/bench/offpolicy.json``. Run: .venv/bin/python benchmarks/offpolicy.py
 """
@@ -25,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import resource
 import time
 from collections.abc import Callable
 from typing import Any
@@ -33,10 +42,14 @@ import gymnasium as gym
 import numpy as np
 import torch
 from _common import machine, report
-from stable_baselines3 import SAC
+from stable_baselines3 import PPO, SAC
+from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import configure
+from stable_baselines3.common.vec_env import VecNormalize
 
 import demo2rl.envs  # noqa: F401  (registers Racing-v0)
+from demo2rl import config, groups, policy, vec
+from demo2rl.rl import position, recipe, replay, trainer
 from demo2rl.rl.sac import FastSAC
 
 ENV_ID = "Racing-v0"
@@ -105,11 +118,111 @@ def limit_step(model: FastSAC, batch_size: int, n_batches: int = 64) -> Callable
     return call
 
 
-def demo_mix_cost(model: FastSAC, batch_size: int, seconds: float) -> dict[str, float]:
-    """Figures of a demo-mixed replay buffer (demo2rl.rl.replay) against SB3's: to be added
-    (e.g. ``demo_mix_cost`` = its ``sample`` time per gradient step / the whole step's). Empty
-    until that buffer exists."""
-    return {}
+def demo_mix_cost(net: list[int], args: argparse.Namespace) -> dict[str, float]:
+    """(b) with rlpd's replay against (b) with the sac control's: best-of-rounds gradient steps
+    per second, and their ratio ``demo_mix_cost``."""
+    models = {}
+    for name, fraction in (("plain", 0.0), ("mixed", 0.5)):
+        kwargs = {"demo_fraction": fraction, "n_steps": 3, "gamma": 0.99}
+        model = filled_model(
+            FastSAC,
+            net,
+            args.buffer_size,
+            replay_buffer_class=replay.DemoReplayBuffer,
+            replay_buffer_kwargs=kwargs,
+        )
+        model.replay_buffer.set_demos(random_demos(model, 50_000))
+        model.train(1, args.batch_size)  # compiled once (both share torch's cache)
+        models[name] = model
+    best = dict.fromkeys(models, 0.0)
+    for model in models.values():
+        timed(lambda m=model: m.train(1, args.batch_size), args.warmup)
+    for _ in range(args.rounds):
+        for name, model in models.items():
+            rate = timed(lambda m=model: m.train(1, args.batch_size), args.seconds)
+            best[name] = max(best[name], rate)
+    return {
+        "demo_mixed_grad_steps_per_s": best["mixed"],
+        "demo_plain_grad_steps_per_s": best["plain"],
+        "demo_mix_cost": best["mixed"] / best["plain"],
+    }
+
+
+def random_demos(model: SAC, n: int) -> replay.DemoTransitions:
+    """``n`` demonstration steps of random observations in 100-step episodes (truncated)."""
+    rng = np.random.default_rng(1)
+    shape = model.observation_space.shape
+    obs = rng.normal(size=(n, *shape)).astype(np.float32)
+    lengths = np.full(n // 100, 100)
+    return replay.demo_transitions(
+        obs,
+        rng.normal(size=(len(lengths), *shape)).astype(np.float32),
+        rng.uniform(-1, 1, size=(n, model.action_space.shape[0])).astype(np.float32),
+        rng.normal(size=n),
+        np.zeros(n, dtype=bool),
+        lengths,
+        n_steps=3,
+        gamma=0.99,
+    )
+
+
+def replay_memory(n: int = 100_000) -> dict[str, float]:
+    """Peak resident memory (MB) that a filled replay of ``n`` Racing-v0 transitions adds."""
+    env = gym.make(ENV_ID)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    buffer = replay.DemoReplayBuffer(n, env.observation_space, env.action_space, device="cpu")
+    for name in replay.BUFFER_ARRAYS:
+        getattr(buffer, name).fill(1)  # touch every page
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"replay_mb_per_100k": (after - before) / 1024 * 100_000 / n}
+
+
+class Snapshots(BaseCallback):
+    """What demo2rl's trainer does at every rollout start, without evaluating or saving: check
+    the update's losses, take the resume snapshot."""
+
+    def _on_rollout_start(self) -> None:
+        trainer.check_update(self.model)
+        position.capture(self.model)
+
+    def _on_step(self) -> bool:
+        return True
+
+
+def ppo_guard_cost(steps: int) -> dict[str, float]:
+    """One PPO run with demo2rl's guards and one of SB3's plain PPO without them (same native
+    env, normalisation, hyperparameters and seed): seconds each, and the cost of the guards."""
+    defaults = config.load(None)
+    task = config.TaskConfig.of(
+        {"env_id": ENV_ID, "env_kwargs": {}, "frame_stack": 1, "max_episode_steps": 10000}
+        | {"timeout_s": defaults["task"]["timeout_s"]}
+    )
+    rl_section = groups.arm_rl_config(defaults["rl"], "scratch")
+    rl_cfg = config.RLConfig.of(rl_section | {"vec_env": "native", "device": "cpu"})
+    space = gym.make(ENV_ID).observation_space
+    stats = {"obs_mean": np.zeros(space.shape), "obs_std": np.ones(space.shape)}
+    seconds = {}
+    for guarded in (True, False):
+        normalizer = policy.obs_transform(space, stats, 10.0)
+        if guarded:
+            env = recipe.make_training_env(
+                task, rl_cfg, normalizer, gym.make(ENV_ID).action_space, 1
+            )
+        else:
+            bare = vec.make_vec_env(ENV_ID, {}, rl_cfg.n_envs, "native")
+            env = VecNormalize(bare, training=False, norm_reward=False, clip_obs=10.0)
+            normalizer.apply_to(env)
+        cls = recipe.GuidedPPO if guarded else PPO
+        model = cls("MlpPolicy", env, seed=0, device="cpu", **rl_cfg.ppo.to_dict())
+        start = time.perf_counter()
+        model.learn(steps, callback=Snapshots() if guarded else None)
+        seconds["guarded" if guarded else "bare"] = time.perf_counter() - start
+        env.close()
+    return {
+        "ppo_guarded_s": seconds["guarded"],
+        "ppo_bare_s": seconds["bare"],
+        "ppo_guard_cost": seconds["guarded"] / seconds["bare"] - 1,
+    }
 
 
 def measure(net: list[int], args: argparse.Namespace) -> dict[str, float]:
@@ -144,7 +257,7 @@ def measure(net: list[int], args: argparse.Namespace) -> dict[str, float]:
         "ours_eager_grad_steps_per_s": best["ours_eager"],
         "eager_vs_sb3": best["ours_eager"] / best["sb3"],
         "first_call_s": first_call,
-    } | demo_mix_cost(ours, b, args.seconds)
+    }
 
 
 def main() -> None:
@@ -157,12 +270,14 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=1.0, help="per contender and round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=float, default=0.5, help="seconds per contender")
+    parser.add_argument("--ppo-steps", type=int, default=100_000, help="env steps per PPO run")
     args = parser.parse_args()
     torch.set_num_threads(1)
 
     figures: dict[str, Any] = measure(args.net, args)
     large = measure(args.net_large, args)
     figures |= {f"{key}_large": value for key, value in large.items()}
+    figures |= demo_mix_cost(args.net, args) | replay_memory() | ppo_guard_cost(args.ppo_steps)
     figures |= {
         "net": args.net,
         "net_large": args.net_large,
