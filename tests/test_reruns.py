@@ -202,7 +202,7 @@ def test_dataset_hash_does_not_depend_on_the_number_of_shards(tree, test_workflo
 SEEDS = CONFIG["rl"]["seeds"]
 VOLATILE = {"seconds", "versions", "code_revision"}
 """Entries of evaluation files and checkpoint metadata that equal runs need not share."""
-WALL_CLOCK = {"time/fps", "time/time_elapsed"}
+WALL_CLOCK = {"time/fps", "time/time_elapsed", "time/cpu_s"}
 """Columns of the SB3 progress table that measure time, not training."""
 EXPERT = ["eval/expert.json", "logs/evaluate/expert.log"]
 UPSTREAM = ["demos/*.h5", "logs/collect_shard/*", "logs/merge_demos.log"]
@@ -302,8 +302,8 @@ RERUN_ARMS = {
     "rl_learning_rate": ["bc"],
     "doubled_rl_budget": ["scratch"],
     "bc_learning_rate": ["kickstart"],
-    "more_episodes": ["bc", "scratch"],
-    "rl_code_edit": ["residual"],
+    "more_episodes": ["bc", "scratch", "sac"],
+    "rl_code_edit": ["residual", "rlpd"],
 }
 """The arms whose RL runs each case reruns and compares (one or two: each RL job costs seconds
 of start-up); together, every arm."""
