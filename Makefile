@@ -81,7 +81,7 @@ format: venv  ## apply ruff and snakefmt formatting
 
 bench: venv  ## run the speed benchmarks (figures to results/bench/*.json)
 	for b in benchmarks/collect.py benchmarks/bc.py benchmarks/rl.py benchmarks/tracking.py \
-		benchmarks/untracked.py benchmarks/pixels.py; do \
+		benchmarks/untracked.py benchmarks/pixels.py benchmarks/offpolicy.py; do \
 		$(BIN)/python $$b || exit 1; done
 
 DIAGNOSIS = scratch bc residual kickstart bc:warm_start.log_std=-1.0 bc:warm_start.log_std=-0.5 \
