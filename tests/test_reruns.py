@@ -200,8 +200,11 @@ def test_dataset_hash_does_not_depend_on_the_number_of_shards(tree, test_workflo
 # executed reruns, compared bit for bit with the fresh run of the test config in `tree`
 
 SEEDS = CONFIG["rl"]["seeds"]
-VOLATILE = {"seconds", "versions", "code_revision"}
-"""Entries of evaluation files and checkpoint metadata that equal runs need not share."""
+VOLATILE = {"seconds", "versions", "code_revision", "learning_curves_wall"}
+"""Entries of evaluation files, checkpoint metadata and the summary that equal runs need not
+share (the summary's curves by wall time)."""
+RUN_SECONDS = {"wall_seconds", "cpu_seconds"}
+"""An arm's entries in the summary that measure its runs' time, not their training."""
 WALL_CLOCK = {"time/fps", "time/time_elapsed", "time/cpu_s"}
 """Columns of the SB3 progress table that measure time, not training."""
 EXPERT = ["eval/expert.json", "logs/evaluate/expert.log"]
@@ -373,7 +376,13 @@ def comparable(path: Path):
         table = pd.read_csv(path)
         # by name: SB3 adds progress columns in the order of a set of strings (hash-seeded)
         return table.drop(columns=[c for c in table.columns if c in WALL_CLOCK]).sort_index(axis=1)
-    return {k: v for k, v in json.loads(path.read_text()).items() if k not in VOLATILE}
+    content = {k: v for k, v in json.loads(path.read_text()).items() if k not in VOLATILE}
+    if "arms" in content:  # the summary: each arm's costs are the machine's, not the run's
+        content["arms"] = {
+            arm: {k: v for k, v in row.items() if k not in RUN_SECONDS}
+            for arm, row in content["arms"].items()
+        }
+    return content
 
 
 def assert_same(a, b, where: str) -> None:

@@ -234,14 +234,7 @@ def test_one_invocation_runs_the_variant_beside_the_base_sharing_collection_and_
     assert [p.name for p in (own / "rl").iterdir()] == ["bc"]
     assert [p.name for p in (own / "eval").glob("[!.]*")] == ["rl-bc-seed0.json"]
     summary = json.loads((own / "report" / "summary.json").read_text())
-    assert set(summary["groups"]) == {
-        "expert",
-        "bc",
-        "rl_bc",
-        "rl_residual",
-        "rl_kickstart",
-        "rl_scratch",
-    }
+    assert set(summary["groups"]) == {"expert", "bc", *(f"rl_{a}" for a in arms.BUILTIN)}
     report = json.loads((results / "report" / "variants.json").read_text())
     assert "variants.md" in {p.name for p in (results / "report").iterdir()}
     assert report and VARIANT in (results / "report" / "variants.md").read_text()
