@@ -394,7 +394,13 @@ class GuidedPPO(PPO):
             hook.remove()
 
     def _check_weights(self, *_: object) -> None:
-        for name, param in self.policy.named_parameters():
+        # one fused norm over every weight (a NaN or an infinity makes its norm non-finite),
+        # then, only if one is, the exact per-tensor check that names it
+        named = list(self.policy.named_parameters())
+        norms = torch._foreach_norm([param for _, param in named])
+        if bool(torch.isfinite(torch.stack(norms)).all()):
+            return
+        for name, param in named:
             if not torch.isfinite(param).all():
                 raise NonFiniteValue(
                     f"non-finite weights in {name} after an optimiser step (a NaN or infinite "
