@@ -239,18 +239,14 @@ def test_training_seconds_add_up_the_segments_of_a_resumed_run():
     assert summary.seconds_at(progress_table([1000], [4.0]), [0], summary.CPU) is None
 
 
-def test_mean_seconds_per_group_from_progress_files(tmp_path: Path):
+def test_mean_seconds_per_group_from_progress_tables():
     tables = {
         "rl-scratch-seed0": progress_table([1000, 2000, 3000], [10.0, 20.0, 6.0], [9, 18, 5]),
         "rl-scratch-seed1": progress_table([1000, 2000, 3000], [10.0, 20.0, 30.0], [9, 18, 27]),
         "rl-sac-seed0": progress_table([2000, 4000], [50.0, 100.0]),  # no CPU seconds
     }
-    paths = {}
-    for name, table in tables.items():
-        paths[name] = str(tmp_path / f"{name}.csv")
-        table.to_csv(paths[name], index=False)
-    assert summary.mean_seconds(paths) == {"rl_scratch": 28.0, "rl_sac": 100.0}
-    assert summary.mean_seconds(paths, summary.CPU) == {"rl_scratch": 25.0}
+    assert summary.mean_seconds(tables) == {"rl_scratch": 28.0, "rl_sac": 100.0}
+    assert summary.mean_seconds(tables, summary.CPU) == {"rl_scratch": 25.0}
 
 
 def cost_bands() -> dict[str, dict[str, list[float]]]:

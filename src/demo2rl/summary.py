@@ -278,15 +278,15 @@ def seconds_at(
     return np.interp(np.asarray(steps, dtype=np.float64), x, y)
 
 
-def mean_seconds(progress: Mapping[str, str], column: str = ELAPSED) -> dict[str, float]:
+def mean_seconds(progress: Mapping[str, pd.DataFrame], column: str = ELAPSED) -> dict[str, float]:
     """Mean training seconds per run of each RL group, in ``column`` (:func:`run_seconds`).
 
-    ``progress`` maps each run's policy name to its ``progress.csv``; a run whose table lacks
-    the column is left out (runs trained before :data:`CPU` was recorded have none), and a group
-    none of whose runs has it is absent."""
+    ``progress`` maps each run's policy name to its progress table (its ``progress.csv``); a run
+    whose table lacks the column is left out (runs trained before :data:`CPU` was recorded have
+    none), and a group none of whose runs has it is absent."""
     runs: dict[str, list[float]] = {}
-    for name, path in progress.items():
-        seconds = run_seconds(pd.read_csv(path), column)
+    for name, table in progress.items():
+        seconds = run_seconds(table, column)
         if seconds is not None:
             runs.setdefault(policy_group(name), []).append(seconds)
     return {g: float(np.mean(s)) for g, s in runs.items()}

@@ -64,7 +64,10 @@ def compare_variants(
     compared = summary.compare_variants(
         scores, reps=bootstrap_reps, confidence=confidence, seed=seed
     )
-    walls = {v: summary.mean_seconds(progress.get(v, {})) for v in variants}
+    walls = {
+        v: summary.mean_seconds({n: pd.read_csv(p) for n, p in progress.get(v, {}).items()})
+        for v in variants
+    }
     present = [g for g in groups.all_groups() if any(g in scores[v] for v in variants)]
     rows = [
         {"variant": v, "group": g}

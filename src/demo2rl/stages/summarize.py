@@ -76,10 +76,11 @@ def summarize(
         g: [r for r in records if summary.policy_group(r["policy"]) == g] for g in result["groups"]
     }
     levels = {g: summary.level(rs[0], curve_tracks) for g, rs in by_group.items() if g in LEVELS}
-    progress = progress or {}
-    bands = _curve_bands(curves, confidence, seed)
+    curve_tables = {name: pd.read_csv(path) for name, path in curves.items()}
+    progress_tables = {name: pd.read_csv(path) for name, path in (progress or {}).items()}
+    bands = _curve_bands(curve_tables, confidence, seed)
     result["learning_curves"] = {g: {k: v.tolist() for k, v in b.items()} for g, b in bands.items()}
-    walls = _wall_bands(curves, progress, confidence, seed)
+    walls = _wall_bands(curve_tables, progress_tables, confidence, seed)
     result["learning_curves_wall"] = {
         g: {"seconds" if k == "step" else k: v.tolist() for k, v in b.items()}
         for g, b in walls.items()
@@ -88,8 +89,8 @@ def summarize(
     result |= summary.arm_costs(
         bands,
         budgets=budgets or {},
-        wall_seconds=summary.mean_seconds(progress, summary.ELAPSED),
-        cpu_seconds=summary.mean_seconds(progress, summary.CPU),
+        wall_seconds=summary.mean_seconds(progress_tables, summary.ELAPSED),
+        cpu_seconds=summary.mean_seconds(progress_tables, summary.CPU),
         expert_level=levels.get(names.EXPERT),
     )
     if names.EXPERT in levels:
@@ -204,11 +205,12 @@ def _log_to_parent(
             target.log_artifact(path, "summary")
 
 
-def _curve_bands(curves: Mapping[str, str], confidence: float, seed: int) -> dict[str, Any]:
-    """The learning-curve band of each RL arm from its runs' evaluations.csv files."""
+def _curve_bands(
+    curves: Mapping[str, pd.DataFrame], confidence: float, seed: int
+) -> dict[str, Any]:
+    """The learning-curve band of each RL arm from its runs' evaluations tables."""
     runs: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
-    for name, path in curves.items():
-        table = pd.read_csv(path)
+    for name, table in curves.items():
         group = summary.policy_group(name)
         runs.setdefault(group, []).append(
             (table["step"].to_numpy(), table["return_mean"].to_numpy())
@@ -217,18 +219,20 @@ def _curve_bands(curves: Mapping[str, str], confidence: float, seed: int) -> dic
 
 
 def _wall_bands(
-    curves: Mapping[str, str], progress: Mapping[str, str], confidence: float, seed: int
+    curves: Mapping[str, pd.DataFrame],
+    progress: Mapping[str, pd.DataFrame],
+    confidence: float,
+    seed: int,
 ) -> dict[str, Any]:
     """The learning-curve band of each RL arm against training wall seconds: each run's
     evaluation steps mapped to its seconds there (:func:`demo2rl.summary.seconds_at`), then
     averaged on a common grid of seconds as the steps' bands are. A run without a progress table
     (or without the columns) is left out; an arm without such runs has no band."""
     runs: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
-    for name, path in curves.items():
+    for name, table in curves.items():
         if name not in progress:
             continue
-        table = pd.read_csv(path)
-        seconds = summary.seconds_at(pd.read_csv(progress[name]), table["step"].to_numpy())
+        seconds = summary.seconds_at(progress[name], table["step"].to_numpy())
         if seconds is not None:
             runs.setdefault(summary.policy_group(name), []).append(
                 (seconds, table["return_mean"].to_numpy())
