@@ -309,7 +309,8 @@ def demo_transitions(
     demo_transitions`), observations raw (the replay normalises them as it does its own),
     actions in the policy's [-1, 1] (clipped there, as the env clips them) and the true
     rewards."""
-    episodes = demos.split["train"] if demos.split is not None else np.arange(demos.n_episodes)
+    assert demos.split is not None  # (a merged dataset: the trainer reads no shard)
+    episodes = demos.split["train"]
     rows = demos.step_rows(episodes)
     actions = policy.scale_actions(demos.steps["actions"][rows], action_space)
     return replay.demo_transitions(
@@ -387,25 +388,12 @@ class GuidedPPO(PPO):
     def train(self) -> None:
         """PPO's update (with the additions), failing with :class:`NonFiniteValue` as soon as
         an optimiser step leaves a weight NaN or infinite (before the next step acts on it)."""
-        hook = self.policy.optimizer.register_step_post_hook(self._check_weights)
+        named = list(self.policy.named_parameters())
+        hook = self.policy.optimizer.register_step_post_hook(lambda *_: check_weights(named))
         try:
             self._train()
         finally:
             hook.remove()
-
-    def _check_weights(self, *_: object) -> None:
-        # one fused norm over every weight (a NaN or an infinity makes its norm non-finite),
-        # then, only if one is, the exact per-tensor check that names it
-        named = list(self.policy.named_parameters())
-        norms = torch._foreach_norm([param for _, param in named])
-        if bool(torch.isfinite(torch.stack(norms)).all()):
-            return
-        for name, param in named:
-            if not torch.isfinite(param).all():
-                raise NonFiniteValue(
-                    f"non-finite weights in {name} after an optimiser step (a NaN or infinite "
-                    "loss or gradient)"
-                )
 
     def _train(self) -> None:
         rollout_start = self.num_timesteps - self.n_steps * self.n_envs  # the update's data
@@ -435,6 +423,21 @@ class GuidedPPO(PPO):
         self.logger.record("train/guide_weight", weight)
         if losses:
             self.logger.record("train/guide_loss", float(np.mean(losses)))
+
+
+def check_weights(named: list[tuple[str, torch.nn.Parameter]]) -> None:
+    """Raise :class:`NonFiniteValue` naming the first weight tensor with a NaN or infinity: one
+    fused norm over all of them (a NaN or an infinity makes its norm non-finite), then, only if
+    one is, the exact tensor-by-tensor check that names it."""
+    norms = torch._foreach_norm([param for _, param in named])
+    if bool(torch.isfinite(torch.stack(norms)).all()):
+        return
+    for name, param in named:
+        if not torch.isfinite(param).all():
+            raise NonFiniteValue(
+                f"non-finite weights in {name} after an optimiser step (a NaN or infinite "
+                "loss or gradient)"
+            )
 
 
 @contextlib.contextmanager

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import CSVOutputFormat, KVWriter, Logger
+from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
 from demo2rl import acting, arms, checkpoints, dataset, evaluation, io, policy, seeds, tasks
 from demo2rl.rl import position, recipe, state
@@ -295,7 +296,7 @@ class Schedule:
         self.last_eval = int(evaluations[-1]["step"]) if evaluations else -1
         self.last_checkpoint = model.num_timesteps
         self.rollout_start: position.Position | None = None
-        self.off_policy = not isinstance(model, recipe.GuidedPPO)
+        self.off_policy = isinstance(model, OffPolicyAlgorithm)
         self.last_dump = model.num_timesteps
         self.cpu_start = time.process_time()
 
