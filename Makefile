@@ -9,7 +9,7 @@ SNAKEMAKE := $(BIN)/snakemake
 PORT ?= 5000
 RESULTS_DIR ?= results
 
-.PHONY: venv run test test-fast lint format reruns-doc report ui bench diagnose clean help
+.PHONY: venv run test test-fast lint format reruns-doc report ui bench diagnose tune-sac clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -89,7 +89,16 @@ DIAGNOSIS = scratch bc residual kickstart bc:warm_start.log_std=-1.0 bc:warm_sta
 	bc:warm_start.bc_coef=0.1 residual:residual.log_std=-0.5 kickstart:kickstart.decay=0.1
 
 diagnose: venv  ## the diagnosis of the RL arms (docs/arms.md), on the runs of `make run` (about 15 min)
-	$(BIN)/python benchmarks/arms.py --results results/racing --name diagnosis --variants $(DIAGNOSIS)
+	$(BIN)/python benchmarks/arms.py --results results/racing --name diagnosis --episodes heldout \
+		--variants $(DIAGNOSIS)
+
+TUNE_SAC_RUN = sac.total_timesteps=40000,eval_every=10000,sac.ent_coef
+TUNE_SAC = rlpd:$(TUNE_SAC_RUN)=auto rlpd:$(TUNE_SAC_RUN)=auto_0.1 rlpd:$(TUNE_SAC_RUN)=auto_0.01 \
+	rlpd:$(TUNE_SAC_RUN)=auto_0.001 sac:$(TUNE_SAC_RUN)=auto_0.1 sac:$(TUNE_SAC_RUN)=auto_0.01
+
+tune-sac: venv  ## the SAC arms' entropy start on tuning tracks (docs/arms.md), on the dataset and clone of `make run` (about 35 min)
+	$(BIN)/python benchmarks/arms.py --results results/racing --name tune-sac --seeds 0 \
+		--variants $(TUNE_SAC)
 
 clean:  ## remove generated results (keeps .venv)
 	rm -rf results/* .snakemake

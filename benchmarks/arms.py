@@ -3,10 +3,15 @@
 Not a speed benchmark: it measures what a setting does to learning (why the warm start climbs
 slowly, which arm settings work). Each variant is an arm (``init``) plus overrides of the rl
 config; every run uses the dataset and clone of a finished workflow run (``--results``), the
-same PPO budget, and is evaluated like the workflow's runs: on the held-out tracks during
-training (``evaluate.during_training`` episodes) and at the end on ``evaluate.episodes`` tracks.
+same budget, and is evaluated like the workflow's runs (``evaluate.during_training`` episodes
+during training, ``evaluate.episodes`` at the end), but on **tuning** tracks
+(:func:`demo2rl.evaluation.tuning_seeds`, a seed block of their own): settings are chosen here,
+so the held-out tracks, on which the workflow reports, stay unseen by the choice.
+``--episodes heldout`` evaluates on the held-out tracks instead, as the workflow does (a
+variant without overrides then reuses the workflow's own run of that arm and seed).
 
     python benchmarks/arms.py --results results/racing --variants bc:log_std=-1.0 ...
+    python benchmarks/arms.py --variants rlpd:sac.ent_coef=auto_0.1 rlpd ...
 
 A variant is ``init`` or ``init:key=value,key=value`` with keys of ``rl`` (dotted for nested
 ones, e.g. ``warm_start.log_std=-0.5`` or ``ppo.learning_rate=1e-4``). Writes
@@ -52,16 +57,22 @@ def parse_variant(text: str) -> tuple[str, str, dict[str, Any]]:
     return text, init, values
 
 
+EPISODES = {"tuning": evaluation.tuning_seeds, "heldout": evaluation.heldout_seeds}
+"""Which tracks the variants are evaluated on (``--episodes``)."""
+
 CACHE = BENCH_DIR / "arms"
 """One JSON per finished run, reused while the config, the inputs and the RL code are the same."""
 
 
-def run_one(args: tuple[str, str, dict[str, Any], int, dict[str, Any], str]) -> dict[str, Any]:
-    name, init, overrides, run_seed, config, results = args
+def run_one(
+    args: tuple[str, str, dict[str, Any], int, dict[str, Any], str, str],
+) -> dict[str, Any]:
+    name, init, overrides, run_seed, config, results, episodes = args
 
     inputs = {
         "variant": name,
         "seed": run_seed,
+        "episodes": episodes,
         "config": config,
         "demos": read_attrs(f"{results}/demos/demos.h5")["content_hash"],
         "bc": hashlib.sha256(Path(f"{results}/bc/policy.pt").read_bytes()).hexdigest(),
@@ -71,9 +82,11 @@ def run_one(args: tuple[str, str, dict[str, Any], int, dict[str, Any], str]) -> 
     cached = CACHE / f"{digest}.json"
     if cached.is_file():
         return json.loads(cached.read_text())
-    out = None if overrides else _from_workflow(name, init, run_seed, config, results)
+    out = None
+    if not overrides and episodes == "heldout":
+        out = _from_workflow(name, init, run_seed, config, results)
     if out is None:
-        out = _train_and_evaluate(name, init, overrides, run_seed, config, results)
+        out = _train_and_evaluate(name, init, overrides, run_seed, config, results, episodes)
 
     write_json(cached, out)
     return out
@@ -115,6 +128,7 @@ def _train_and_evaluate(
     run_seed: int,
     config: dict[str, Any],
     results: str,
+    episodes: str,
 ) -> dict[str, Any]:
     rl_cfg = copy.deepcopy(groups.arm_rl_config(config["rl"], init))
     for dotted, value in overrides.items():
@@ -129,6 +143,7 @@ def _train_and_evaluate(
         {k: config["task"][k] for k in ("env_id", "env_kwargs", "frame_stack")}
     )
     evaluate = config_lib.EvaluateConfig.of(config["evaluate"])
+    seeds = EPISODES[episodes]
     with tempfile.TemporaryDirectory() as state_dir:
         spec = rl.RLJob(
             arm=init,
@@ -146,10 +161,19 @@ def _train_and_evaluate(
             eval_envs=evaluate.n_envs,
             checkpoint_every=config["rl"]["checkpoint_every"],
         )
-        result = rl.train_rl(spec, key=rl.run_key({"variant": name, "seed": run_seed}))
+        result = rl.train_rl(
+            spec,
+            key=rl.run_key({"variant": name, "seed": run_seed}),
+            eval_seeds=seeds(config["seed"], evaluate.during_training),
+        )
     actor = acting.make_actor(result.model.policy, result.normalizer, result.action_space)
-    seeds = evaluation.heldout_seeds(config["seed"], evaluate.episodes)
-    final = evaluation.evaluate(task.env_id, task.env_kwargs, actor, seeds, n_envs=evaluate.n_envs)
+    final = evaluation.evaluate(
+        task.env_id,
+        task.env_kwargs,
+        actor,
+        seeds(config["seed"], evaluate.episodes),
+        n_envs=evaluate.n_envs,
+    )
     log_std = getattr(result.model.policy, "log_std", None)
     return {
         "variant": name,
@@ -203,10 +227,15 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--variants", nargs="+", required=True)
+    parser.add_argument("--episodes", choices=sorted(EPISODES), default="tuning")
     args = parser.parse_args()
     config = config_lib.load(args.config)
     variants = [parse_variant(v) for v in args.variants]
-    jobs = [(n, i, o, s, config, args.results) for n, i, o in variants for s in args.seeds]
+    jobs = [
+        (n, i, o, s, config, args.results, args.episodes)
+        for n, i, o in variants
+        for s in args.seeds
+    ]
     ctx = multiprocessing.get_context("forkserver")
     with ProcessPoolExecutor(args.workers, mp_context=ctx) as pool:
         runs = []
@@ -232,6 +261,7 @@ def main() -> None:
         {
             "machine": machine(),
             "config": args.config,
+            "episodes": args.episodes,
             "total_timesteps": config["rl"]["total_timesteps"],
             "rows": rows,
             "runs": runs,

@@ -278,15 +278,17 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=1.0, help="per contender and round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=float, default=0.5, help="seconds per contender")
-    parser.add_argument("--ppo-steps", type=int, default=100_000, help="env steps per PPO run")
+    parser.add_argument("--ppo-steps", type=int, default=300_000, help="env steps per PPO run")
     args = parser.parse_args()
     torch.set_num_threads(1)
 
-    figures: dict[str, Any] = measure(args.net, args)
+    figures: dict[str, Any] = replay_memory()  # first: memory freed by later steps would hide it
+    figures |= measure(args.net, args)
     large = measure(args.net_large, args)
     figures |= {f"{key}_large": value for key, value in large.items()}
-    figures |= demo_mix_cost(args.net, args) | replay_memory() | ppo_guard_cost(args.ppo_steps)
+    figures |= demo_mix_cost(args.net, args) | ppo_guard_cost(args.ppo_steps)
     figures |= {
+        "ppo_steps": args.ppo_steps,
         "net": args.net,
         "net_large": args.net_large,
         "machine": machine(),

@@ -151,6 +151,7 @@ SPECIAL_VALUES: dict[str, Any] = {
     "policy.net_arch": [32, 32],
     "rl.device": "cuda",  # (auto is the CPU for the test config's MLP: the same run as cpu)
     "rl.sac.ent_coef": 0.1,  # (auto is a string)
+    "rl.sac.target_entropy": -3.0,
     "rl.sac.critic_net_arch": [16],
     "rl.seeds": [0, 1],
     "rl.inits": ["bc", "residual", "scratch"],  # an arm fewer: only what compares the arms reruns

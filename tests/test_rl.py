@@ -710,12 +710,18 @@ def test_state_of_the_same_run_resumes(demos_and_clone, tmp_path, caplog):
     assert state["timesteps"] == 1024 and state["resumed"] == 1
 
 
-def test_training_and_evaluation_seeds_are_disjoint():
-    demo = {seeds.demo_seed(0, e) for e in range(10_000)}
-    evals = set(evaluation.heldout_seeds(0, 10_000))
-    train_starts = {seeds.rl_seed(0, s) + i for s in range(20) for i in range(256)}
-    assert not demo & evals and not demo & train_starts and not evals & train_starts
-    assert max(demo | evals | train_starts) < 2**30  # unseeded resets draw from [2**30, 2**31)
+def test_training_tuning_and_evaluation_seeds_are_disjoint():
+    """Demonstrations, RL training, tuning (benchmarks/arms.py) and held-out evaluation never
+    share a track, also at the largest base seed."""
+    for base in (0, seeds.MAX_BASE_SEED - 1):
+        groups = [
+            {seeds.demo_seed(base, e) for e in range(10_000)},
+            set(evaluation.heldout_seeds(base, 10_000)),
+            set(evaluation.tuning_seeds(base, 10_000)),
+            {seeds.rl_seed(base, s) + i for s in range(20) for i in range(256)},
+        ]
+        assert sum(map(len, groups)) == len(set().union(*groups))
+        assert max(set().union(*groups)) < 2**30  # unseeded resets draw from [2**30, 2**31)
 
 
 def test_progress_table_drops_rows_lost_in_a_hard_kill(tmp_path):
@@ -855,15 +861,15 @@ def test_an_mlp_policy_on_a_gpu_gets_sb3s_advice_to_use_the_cpu(clone_env):
         model._maybe_recommend_cpu()
 
 
-def test_an_optimiser_step_that_leaves_a_nan_weight_stops_the_update(clone_env):
-    """A weight that turns NaN in an update fails it at that optimiser step, naming the weight
-    (not torch's error on a NaN action mean in the next rollout)."""
+def test_an_update_that_leaves_a_nan_weight_fails(clone_env):
+    """A weight that turns NaN in an update fails it, naming the weight (not torch's error on a
+    NaN action mean in the next rollout)."""
     model = build("scratch", clone_env)
     model.learn(512)  # one rollout in the buffer
     with torch.no_grad():
         model.policy.value_net.bias.fill_(float("nan"))  # NaN values: NaN loss and gradients
     with pytest.raises(
-        rl.recipe.NonFiniteValue, match=r"^non-finite weights in \w+ after an optimiser step"
+        rl.recipe.NonFiniteValue, match=r"^non-finite weights in \w+ after the update"
     ):
         model.train()
 

@@ -282,6 +282,7 @@ class SACConfig(Section):
     gamma: float
     tau: float
     ent_coef: str | float
+    target_entropy: str | float
     updates_per_step: int
     n_steps: int
     n_critics: int

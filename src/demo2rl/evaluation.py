@@ -30,6 +30,11 @@ def heldout_seeds(base_seed: int, n_episodes: int) -> list[int]:
     return [seeds.eval_seed(base_seed, e) for e in range(n_episodes)]
 
 
+def tuning_seeds(base_seed: int, n_episodes: int) -> list[int]:
+    """Seeds of the first ``n_episodes`` tuning episodes (disjoint from the held-out ones)."""
+    return [seeds.tuning_seed(base_seed, e) for e in range(n_episodes)]
+
+
 @dataclasses.dataclass
 class Evaluation:
     """A policy's held-out evaluation: :func:`evaluate` (quick, the checks during training) and

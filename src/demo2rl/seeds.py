@@ -11,7 +11,7 @@ from __future__ import annotations
 BLOCK = 100_000_000
 """Width of each seed block; also the largest number of episodes per block."""
 MAX_BASE_SEED = BLOCK
-DEMO_BLOCK, EVAL_BLOCK, RL_BLOCK = 0, 3, 6
+DEMO_BLOCK, EVAL_BLOCK, RL_BLOCK, TUNING_BLOCK = 0, 3, 6, 9
 RL_SEED_STRIDE = 100_000
 """Seeds reserved per RL run (its envs' first resets use consecutive seeds)."""
 
@@ -32,6 +32,12 @@ def demo_seed(base: int, episode: int) -> int:
 def eval_seed(base: int, episode: int) -> int:
     """Seed of held-out evaluation episode ``episode``."""
     return _seed(base, EVAL_BLOCK, episode)
+
+
+def tuning_seed(base: int, episode: int) -> int:
+    """Seed of tuning episode ``episode``: tracks for choosing settings (benchmarks/arms.py), so
+    that the held-out ones stay unseen by every choice that shapes a result."""
+    return _seed(base, TUNING_BLOCK, episode)
 
 
 def rl_seed(base: int, run_seed: int) -> int:

@@ -14,7 +14,7 @@ import dataclasses
 import logging
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,7 @@ def train_rl(
     *,
     key: dict[str, Any],
     log_metrics: Callable[[dict[str, float], int], None] | None = None,
+    eval_seeds: Sequence[int] | None = None,
 ) -> RLResult:
     """Train one run of ``job.arm`` (PPO or SAC) (see :mod:`demo2rl.rl.recipe`), resuming from
     ``job.state_dir``.
@@ -66,8 +67,10 @@ def train_rl(
     others build the same from the dataset's statistics with ``job.clip_obs``. ``key`` (see
     :func:`demo2rl.rl.state.run_key`) names the run: only state recorded under the same key
     resumes. Every ``rl.eval_every`` env steps the policy drives ``job.eval_episodes`` held-out
-    episodes. The job's speed settings (subproc workers, evaluation envs, checkpoint spacing)
-    change speed and robustness, never the result of an uninterrupted run.
+    episodes (``eval_seeds`` instead: benchmarks/arms.py chooses settings on tuning episodes,
+    :func:`demo2rl.evaluation.tuning_seeds`). The job's speed settings (subproc workers,
+    evaluation envs, checkpoint spacing) change speed and robustness, never the result of an
+    uninterrupted run.
     ``log_metrics(metrics, step)`` receives every rollout's metrics.
 
     Raises :class:`Preempted` after checkpointing when SIGTERM arrives.
@@ -130,7 +133,8 @@ def train_rl(
         except BaseException:
             env.close()
             raise
-        eval_seeds = evaluation.heldout_seeds(job.seed, job.eval_episodes)
+        if eval_seeds is None:
+            eval_seeds = evaluation.heldout_seeds(job.seed, job.eval_episodes)
 
         def evaluate() -> dict[str, float]:
             actor = acting.make_actor(model.policy, normalizer, act_space)
@@ -227,7 +231,7 @@ class StoppedAtRolloutStart(Exception):
 
 class OnRolloutStart(BaseCallback):
     """At each rollout start (after an update): check the update's losses are finite (a PPO
-    update's weights were checked at every optimiser step); evaluate and checkpoint when due.
+    update's weights were checked at its end); evaluate and checkpoint when due.
 
     SIGTERM: PPO's rollout (hundreds of env steps) stops at the next env step, and the run saves
     the state of the rollout start before it (the weights are unchanged since). An off-policy
@@ -262,7 +266,7 @@ when every return is the same)."""
 
 def check_update(model: recipe.GuidedPPO | recipe.DemoSAC) -> None:
     """Raise :class:`recipe.NonFiniteValue` if the last update logged a non-finite loss (its
-    weights are checked after every optimiser step: :meth:`recipe.GuidedPPO.train`)."""
+    weights were checked at the update's end: :meth:`recipe.GuidedPPO.train`)."""
     logged = model.logger.name_to_value
     bad = [f"train/{k}" for k in LOSSES if not np.isfinite(logged.get(f"train/{k}", 0.0))]
     if bad:
