@@ -186,15 +186,21 @@ def _train_and_evaluate(
     }
 
 
+def control_of(variant: str, variants: list[str]) -> str | None:
+    """The first variant of ``variant``'s control arm (scratch for a PPO arm, sac for rlpd), if
+    the set has one (a control's own variants are compared with nothing)."""
+    control = arms.get(variant.partition(":")[0]).control
+    return next((v for v in variants if v.partition(":")[0] == control), None)
+
+
 def table(runs: list[dict[str, Any]], variants: list[str]) -> list[dict[str, Any]]:
-    """One row per variant: IQM, P(variant > the control arm), start, lowest and final points."""
+    """One row per variant: IQM, P(variant > its arm's control), start, lowest and final
+    points."""
     scores = {
         n: np.array([r["final_returns"] for r in runs if r["variant"] == n]) for n in variants
     }
-    control = next(
-        (n for n in variants if n == arms.CONTROL or n.startswith(f"{arms.CONTROL}:")), None
-    )
-    pairs = [(n, control) for n in variants if control and n != control]
+    controls = {n: control_of(n, variants) for n in variants}
+    pairs = [(n, c) for n, c in controls.items() if c is not None]
     stats = summary.compare(scores, pairs, reps=20_000, confidence=0.95, seed=0)
     rows = []
     for n in variants:
@@ -202,7 +208,7 @@ def table(runs: list[dict[str, Any]], variants: list[str]) -> list[dict[str, Any
         curve_min = min(min(p["return_mean"] for p in r["curve"]) for r in mine)
         start = float(np.mean([r["curve"][0]["return_mean"] for r in mine]))
         g = stats["groups"][n]
-        imp = stats["improvement"].get(summary.comparison_key(n, str(control)))
+        imp = stats["improvement"].get(summary.comparison_key(n, str(controls[n])))
         log_stds = [r["final_log_std"] for r in mine if r["final_log_std"] is not None]
         rows.append(
             {
@@ -210,7 +216,8 @@ def table(runs: list[dict[str, Any]], variants: list[str]) -> list[dict[str, Any
                 "seeds": len(mine),
                 "iqm": g["iqm"],
                 "iqm_ci": g["iqm_ci"],
-                "p_vs_scratch": None if imp is None else imp["probability"],
+                "control": controls[n],
+                "p_vs_control": None if imp is None else imp["probability"],
                 "start": start,
                 "lowest": curve_min,
                 "final_log_std": float(np.mean(log_stds)) if log_stds else math.nan,
@@ -246,10 +253,10 @@ def main() -> None:
                 flush=True,
             )
     rows = table(runs, [n for n, _, _ in variants])
-    print("| variant | seeds | IQM [95% CI] | P(> scratch) | at step 0 | lowest | log-std |")
+    print("| variant | seeds | IQM [95% CI] | P(> control) | at step 0 | lowest | log-std |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        p = "" if r["p_vs_scratch"] is None else f"{r['p_vs_scratch']:.2f}"
+        p = "" if r["p_vs_control"] is None else f"{r['p_vs_control']:.2f} ({r['control']})"
         print(
             f"| {r['variant']} | {r['seeds']} | {r['iqm']:.1f} "
             f"[{r['iqm_ci'][0]:.1f}, {r['iqm_ci'][1]:.1f}] | {p} | {r['start']:.1f} "
