@@ -861,6 +861,34 @@ def test_an_mlp_policy_on_a_gpu_gets_sb3s_advice_to_use_the_cpu(clone_env):
         model._maybe_recommend_cpu()
 
 
+def test_the_finite_check_names_a_non_finite_action_or_observation_and_its_envs():
+    """CheckFinite: a NaN action fails before the step, naming its envs; a non-finite observation
+    fails after it; finite values pass through unchanged."""
+    env = rl.recipe.CheckFinite(vec.make_vec_env("Racing-v0", {}, 3, "native"))
+    obs = env.reset()
+    assert np.isfinite(obs).all()
+    actions = np.zeros((3, 2), dtype=np.float32)
+    actions[1, 0] = np.nan
+    with pytest.raises(
+        rl.recipe.NonFiniteValue,
+        match=r"^non-finite actions of env\(s\) \[1\] from the policy, before an env step$",
+    ):
+        env.step_async(actions)
+    with pytest.raises(
+        rl.recipe.NonFiniteValue,
+        match=r"^non-finite observations of env\(s\) \[0, 2\] after an env step$",
+    ):
+        rl.recipe._check_finite(
+            "after an env step",
+            observations=np.array([[np.inf, 0.0], [0.0, 1.0], [np.nan, 0.0]]),
+            rewards=np.zeros(3),
+        )
+    env.step_async(np.zeros((3, 2), dtype=np.float32))
+    obs, rewards, _, _ = env.step_wait()
+    assert np.isfinite(obs).all() and np.isfinite(rewards).all()
+    env.close()
+
+
 def test_an_update_that_leaves_a_nan_weight_fails(clone_env):
     """A weight that turns NaN in an update fails it, naming the weight (not torch's error on a
     NaN action mean in the next rollout)."""

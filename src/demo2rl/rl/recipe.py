@@ -105,12 +105,9 @@ class CheckFinite(VecEnvWrapper):
         return obs, rewards, dones, infos
 
 
-def _check_finite(when: str, **values: Any) -> None:
-    arrays = {
-        f"{name}[{key!r}]" if isinstance(value, dict) else name: np.asarray(v)
-        for name, value in values.items()
-        for key, v in (value.items() if isinstance(value, dict) else [(None, value)])
-    }
+def _check_finite(when: str, **values: np.ndarray) -> None:
+    # one array each: the probe admits Box observations only (probe.check_observation_space)
+    arrays = {name: np.asarray(value) for name, value in values.items()}
     bad = {
         name: np.flatnonzero(~np.isfinite(a.reshape(len(a), -1)).all(1))
         for name, a in arrays.items()
