@@ -269,3 +269,19 @@ def test_a_workflow_with_a_bad_experiment_name_creates_nothing(tmp_path: Path):
     assert proc.returncode != 0, output
     assert "Failed validating 'pattern' in schema['properties']['experiment']" in output
     assert not (tmp_path / "results").exists(), output  # no results/racing\n/, no mlflow.db
+
+
+@pytest.mark.parametrize(("ratio", "n_envs", "steps"), [(1, 16, 16), (0.25, 16, 4), (0.5, 2, 1)])
+def test_sac_updates_per_step_is_whole_gradient_steps_per_vector_step(ratio, n_envs, steps):
+    assert config.gradient_steps(ratio, n_envs) == steps
+
+
+@pytest.mark.parametrize(("ratio", "n_envs"), [(0.3, 16), (0.25, 2)])
+def test_a_sac_update_ratio_that_is_no_whole_number_of_gradient_steps_is_named(ratio, n_envs):
+    """0.3 x 16 envs is 4.8 gradient steps per vector step, 0.25 x 2 is half of one: refused
+    when the config is read, naming the key and both values."""
+    cfg = config.load(None)
+    cfg["rl"] |= {"n_envs": n_envs, "sac": cfg["rl"]["sac"] | {"updates_per_step": ratio}}
+    with pytest.raises(config.ConfigError, match=r"rl\.sac\.updates_per_step.*whole number") as err:
+        config.check(cfg)
+    assert f"{ratio} gradient steps per env step with rl.n_envs {n_envs}" in str(err.value)

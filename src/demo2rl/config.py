@@ -283,7 +283,7 @@ class SACConfig(Section):
     tau: float
     ent_coef: str | float
     target_entropy: str | float
-    updates_per_step: int
+    updates_per_step: float
     n_steps: int
     n_critics: int
     critic_net_arch: list[int]
@@ -391,6 +391,20 @@ def rl_device(device: str, images: bool) -> str:
     return "cuda" if images and NVIDIA_GPUS.is_dir() else "cpu"
 
 
+def gradient_steps(updates_per_step: float, n_envs: int) -> int:
+    """SAC's gradient steps after each step of ``n_envs`` envs: ``updates_per_step`` of them per
+    env step, which must come to a whole number; ConfigError naming ``rl.sac.updates_per_step``
+    otherwise."""
+    steps = updates_per_step * n_envs
+    if steps < 1 or abs(steps - round(steps)) > 1e-9:
+        raise ConfigError(
+            "rl.sac.updates_per_step",
+            f"{updates_per_step} gradient steps per env step with rl.n_envs {n_envs} envs is "
+            f"{steps:g} per vector step: it must be a whole number, at least 1",
+        )
+    return round(steps)
+
+
 def check(config: Mapping[str, Any]) -> None:
     """Raise ConfigError for the first value the workflow cannot use (after schema validation)."""
     task = config["task"]
@@ -410,6 +424,8 @@ def check(config: Mapping[str, Any]) -> None:
         )
     if collect["n_episodes"] > seeds.BLOCK:
         raise ConfigError("collect.n_episodes", f"at most {seeds.BLOCK} episodes")
+    rl = config["rl"]
+    gradient_steps(rl["sac"]["updates_per_step"], rl["n_envs"])
     for name, section in SECTIONS.items():
         rule_only = {k.partition(".")[2] for k in RULE_ONLY_KEYS if k.startswith(f"{name}.")}
         section.of({k: v for k, v in config[name].items() if k not in rule_only})

@@ -30,7 +30,7 @@ from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper, VecNormalize
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvObs, VecEnvStepReturn
 
 from demo2rl import arms, dataset, guidance, policy, vec
-from demo2rl.config import ConfigError, PolicyConfig, RLConfig, TaskConfig
+from demo2rl.config import ConfigError, PolicyConfig, RLConfig, TaskConfig, gradient_steps
 from demo2rl.rl import replay, sac
 
 # --------------------------------------------------------------------------------------------
@@ -180,7 +180,7 @@ class Start:
             tau=cfg.tau,
             gamma=cfg.gamma,
             train_freq=1,
-            gradient_steps=cfg.updates_per_step * self.env.num_envs,
+            gradient_steps=gradient_steps(cfg.updates_per_step, self.env.num_envs),
             ent_coef=cfg.ent_coef,
             target_entropy=cfg.target_entropy,
             replay_buffer_class=replay.DemoReplayBuffer,
