@@ -155,7 +155,7 @@ def _train_and_evaluate(
             clip_obs=config["bc"]["clip_obs"],
             eval_episodes=evaluate.during_training,
             demos=f"{results}/demos/demos.h5",
-            clone=f"{results}/bc/policy.pt" if arms.get(init).needs_clone else None,
+            clone=f"{results}/bc/policy.pt" if arms.get(init).uses_clone(rl_cfg) else None,
             state_dir=state_dir,
             threads=1,
             eval_envs=evaluate.n_envs,

@@ -134,7 +134,7 @@ BY_ROOT = {v.root: v for v in VARIANTS.values()}
 SHARING = variants.Sharing(
     {name: v.config for name, v in VARIANTS.items()},
     SCHEMA_LEAVES,
-    lambda init: arms.get(init).needs_clone,
+    lambda init, rl: arms.get(init).uses_clone(rl),
 )
 # the base config as its jobs read it, with the variants as declared (what the MLflow parent
 # run records)
@@ -207,7 +207,7 @@ def rl_inputs(wildcards):
     """The dataset for every arm (normalisation statistics), the clone for the arms that use it."""
     variant = V(wildcards)
     inputs = {"demos": demos_path(variant)}
-    if arms.get(wildcards.init).needs_clone:
+    if arms.get(wildcards.init).uses_clone(variant.config["rl"]):
         inputs["bc"] = clone_path(variant)
     return inputs
 

@@ -87,6 +87,17 @@ def test_arms_have_distinct_names_labels_colours_and_a_control():
         values = [getattr(a, attr) for a in records]
         assert len(set(values)) == len(values), attr
     assert not arms.get(arms.CONTROL).needs_clone
+    rl = configs.DEFAULTS["rl"]
+    assert not rl["rlpd"]["actor_from_clone"] and not rl["rlpd"]["clone_warmup"]
+    assert [a for a in arms.BUILTIN if arms.get(a).uses_clone(rl)] == [
+        "bc",
+        "residual",
+        "kickstart",
+    ]
+    for switch in ("actor_from_clone", "clone_warmup"):
+        assert arms.get("rlpd").uses_clone(rl | {"rlpd": rl["rlpd"] | {switch: True}})
+    with pytest.raises(ValueError, match="clone switches .* but no section"):
+        arms.Arm("x", "x", "red", start=lambda s: None, needs_clone=("on",))
     assert groups.all_groups() == ("expert", "bc", *(f"rl_{a}" for a in arms.BUILTIN))
     with pytest.raises(ValueError, match="unknown arm 'td3'"):
         arms.get("td3")

@@ -496,7 +496,8 @@ def test_four_more_episodes_rerun_everything_downstream(chain, tree):
     assert comparable(results / "demos/demos.h5") != comparable(reference / "demos/demos.h5")
     assert_changed(results, reference, ["bc/policy.pt", *policies(arms)])
     parts = {
-        arm: {"inputs.demos"} | ({"inputs.clone"} if get_arm(arm).needs_clone else set())
+        arm: {"inputs.demos"}
+        | ({"inputs.clone"} if get_arm(arm).uses_clone(CONFIG["rl"]) else set())
         for arm in arms
     }
     change_back(chain, tree, arms, EXPERT, parts)

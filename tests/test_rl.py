@@ -172,7 +172,7 @@ def job(
         clip_obs=CLIP_OBS,
         eval_episodes=eval_episodes,
         demos=str(demos),
-        clone=str(clone) if arms.get(init).needs_clone else None,
+        clone=str(clone) if arms.get(init).uses_clone(rl_cfg) else None,
         state_dir=str(state_dir),
         **RUN_ARGS,
     )

@@ -110,7 +110,7 @@ def test_merge_is_deep_and_replaces_lists():
 
 def sharing(**named: dict) -> variants.Sharing:
     configs = {"base": BASE} | {n: variants.merge(BASE, o) for n, o in named.items()}
-    return variants.Sharing(configs, LEAVES, lambda init: arms.get(init).needs_clone)
+    return variants.Sharing(configs, LEAVES, lambda init, rl: arms.get(init).uses_clone(rl))
 
 
 def test_a_variant_of_rl_shares_the_demonstrations_and_the_clone():
@@ -135,6 +135,18 @@ def test_an_arm_setting_owns_only_that_arms_runs_and_a_bc_setting_the_clone_and_
     # the clone's users follow it; the control never reads it
     assert share.owner("bclr", "rl", "kickstart", "0") == "bclr"
     assert share.owner("bclr", "rl", "scratch", "0") == "base"
+
+
+def test_rlpd_follows_the_clone_only_with_a_clone_switch_on():
+    """rlpd reads the clone only to start its actor or drive its warm-up: with both switches
+    off (the defaults) a BC change leaves its runs shared; with one on they follow the clone."""
+    bclr = {"bc": {"learning_rate": 0.01}}
+    assert sharing(bclr=bclr).owner("bclr", "rl", "rlpd", "0") == "base"
+    for switch in ("actor_from_clone", "clone_warmup"):
+        on = {"rl": {"rlpd": {switch: True}}}
+        share = sharing(on=on, both=variants.merge(on, bclr))
+        assert share.owner("both", "rl", "rlpd", "0") == "both", switch
+        assert share.owner("both", "rl", "sac", "0") == "base", switch
 
 
 def test_a_variant_shares_with_the_first_earlier_variant_alike_and_speed_keys_share_all():

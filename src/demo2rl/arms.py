@@ -28,6 +28,7 @@ docs/arms.md (docs/architecture.md walks through it).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from demo2rl.names import rl_group
@@ -52,7 +53,9 @@ class Arm:
         or the name of one in :mod:`demo2rl.rl.recipe`.
     :param section: the ``rl`` config section only this arm's runs read (None: none).
     :param needs_clone: whether a run starts from, or is guided by, the behaviour clone (then
-        its job waits for BC and is given the clone's checkpoint).
+        its job waits for BC and is given the clone's checkpoint): True or False, or the names
+        of switches in its ``section`` of which any one on makes a run use it
+        (:meth:`uses_clone`).
     :param action_spaces: the gymnasium action space classes it supports, by name.
     :param algorithm: the stable-baselines3 algorithm its runs train (a key of
         :data:`ALGORITHMS`).
@@ -69,7 +72,7 @@ class Arm:
     color: str
     start: Any
     section: str | None = None
-    needs_clone: bool = True
+    needs_clone: bool | tuple[str, ...] = True
     action_spaces: tuple[str, ...] = ("Box", "Discrete")
     algorithm: str = "PPO"
     control: str | None = CONTROL
@@ -81,6 +84,17 @@ class Arm:
             raise ValueError(
                 f"arm {self.name!r}: algorithm {self.algorithm!r} (known: {', '.join(ALGORITHMS)})"
             )
+        if not isinstance(self.needs_clone, bool) and not self.section:
+            raise ValueError(f"arm {self.name!r}: clone switches {self.needs_clone} but no section")
+
+    def uses_clone(self, rl: Mapping[str, Any]) -> bool:
+        """Whether its runs with the ``rl`` config section (a mapping, as the config holds it)
+        start from, or are guided by, the behaviour clone: its job then waits for BC, reruns
+        when BC changes, and is given the clone's checkpoint."""
+        if isinstance(self.needs_clone, bool):
+            return self.needs_clone
+        assert self.section is not None
+        return any(rl[self.section][switch] for switch in self.needs_clone)
 
     @property
     def algorithm_section(self) -> str:
@@ -180,6 +194,7 @@ register(
 )
 # off-policy: SAC whose every batch is half demonstrations, half its own replay (RLPD's recipe),
 # optionally starting its actor from the clone and exploring with the clone during its warm-up
+# (only then does it wait for BC)
 register(
     Arm(
         name="rlpd",
@@ -187,6 +202,7 @@ register(
         color="tab:brown",
         start="demo_sac",
         section="rlpd",
+        needs_clone=("actor_from_clone", "clone_warmup"),
         action_spaces=("Box",),
         algorithm="SAC",
         control="sac",

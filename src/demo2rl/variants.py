@@ -231,20 +231,21 @@ class Sharing:
 
     :param configs: each variant's full config, the base first.
     :param leaves: the schema's leaf keys (:func:`schema_leaves`), each with its ``x-read-by``.
-    :param needs_clone: whether an RL arm starts from (or is guided by) the behaviour clone.
+    :param uses_clone: whether a run of an RL arm with a variant's ``rl`` section starts from (or
+        is guided by) the behaviour clone.
     """
 
     def __init__(
         self,
         configs: Mapping[str, Mapping[str, Any]],
         leaves: Mapping[str, Mapping[str, Any]],
-        needs_clone: Callable[[str], bool],
+        uses_clone: Callable[[str, Mapping[str, Any]], bool],
     ) -> None:
         self.configs = dict(configs)
         self._readers = {
             key: [selector(s) for s in spec.get("x-read-by", [])] for key, spec in leaves.items()
         }
-        self._needs_clone = needs_clone
+        self._uses_clone = uses_clone
         self._owners: dict[tuple[str, ...], str] = {}
 
     @functools.cache  # noqa: B019  (one Sharing per workflow: it lives as long as the cache)
@@ -280,7 +281,8 @@ class Sharing:
             return (*self._identity(variant, ("demos",)), self._values(variant, "train_bc"))
         if kind == "rl":
             init, seed = args
-            upstream = ("clone",) if self._needs_clone(init) else ("demos",)
+            uses_clone = self._uses_clone(init, self.configs[variant]["rl"])
+            upstream = ("clone",) if uses_clone else ("demos",)
             return (
                 *self._identity(variant, upstream),
                 self._values(variant, "train_rl", init=init, seed=seed),

@@ -57,11 +57,12 @@ class RLJob:
 
     def __post_init__(self) -> None:
         arm = arms.get(self.arm)
-        if arm.needs_clone != (self.clone is not None):
+        uses_clone = arm.uses_clone(self.rl.to_dict())
+        if uses_clone != (self.clone is not None):
             given = "given" if self.clone is not None else "not given"
             raise ValueError(
                 f"the {arm.name} arm's job: the clone is {given}, but the arm "
-                f"{'needs' if arm.needs_clone else 'does not use'} it"
+                f"{'needs' if uses_clone else 'does not use'} it with this config"
             )
 
     @property

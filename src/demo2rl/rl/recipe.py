@@ -218,7 +218,7 @@ class Start:
 def build_model(start: Start) -> GuidedPPO | DemoSAC:
     """The model of ``start.arm``, ready to learn: its registered start function's."""
     arm = start.arm
-    if arm.needs_clone and start.clone is None:
+    if arm.uses_clone(start.rl_cfg.to_dict()) and start.clone is None:
         raise ValueError(f"the {arm.name} arm needs a BC checkpoint")
     build = arm.start if callable(arm.start) else globals().get(arm.start)
     if not callable(build):
@@ -289,13 +289,15 @@ def demo_sac(start: Start) -> DemoSAC:
     starts from the clone (``rlpd.actor_from_clone``) and the warm-up acts with the clone
     (``rlpd.clone_warmup``), both exploring with log-std ``rlpd.log_std``."""
     cfg, clone, sac_cfg = start.settings, start.clone, start.rl_cfg.sac
-    assert cfg is not None and clone is not None and sac_cfg is not None
+    assert cfg is not None and sac_cfg is not None
     model = start.sac(demo_fraction=cfg.demo_fraction)
     demos = start.transitions(sac_cfg.n_steps, sac_cfg.gamma)
     model.replay_buffer.set_demos(channels_as(demos, model.observation_space))
     if cfg.actor_from_clone:
+        assert clone is not None
         policy.load_sac_actor(model.policy, clone, cfg.log_std)
     if cfg.clone_warmup:
+        assert clone is not None
         model.warmup_policy = noisy_copy(clone, cfg.log_std, model.device)
     return model
 

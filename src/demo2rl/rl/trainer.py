@@ -84,7 +84,7 @@ def train_rl(
         obs_space, act_space = tasks.spaces(task.env_id, task.env_kwargs, task.frame_stack)
         dataset.check_dataset(demos, obs_space, act_space, task.env_id)
         clone = None
-        if not arm.needs_clone:
+        if job.clone is None:
             normalizer = policy.obs_transform(obs_space, demos.stats, job.clip_obs)
         else:  # (RLJob checks that the arms that need it are given it)
             assert job.clone is not None
