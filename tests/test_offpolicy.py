@@ -112,6 +112,61 @@ def test_without_a_demo_fraction_the_buffer_is_sb3s():
         assert torch.equal(a, b)
 
 
+def frames_buffer(augment: int) -> replay.DemoReplayBuffer:
+    """A replay of 1x6x6 uint8 frames, the pixels of each frame distinct (frame ``i``: ``i * 36
+    + pixel``, mod 251), its next frame ``i + 1``; half of each batch demonstrations (one
+    episode of frames 3 and 4, final frame 5)."""
+    space = gym.spaces.Box(0, 255, (1, 6, 6), np.uint8)
+    act = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    buf = replay.DemoReplayBuffer(16, space, act, device="cpu", n_envs=1, augment=augment)
+
+    def frame(i: int) -> np.ndarray:
+        return ((i * 36 + np.arange(36)) % 251).astype(np.uint8).reshape(1, 1, 6, 6)
+
+    for i in range(6):
+        infos = [{"TimeLimit.truncated": False}]
+        buf.add(frame(i), frame(i + 1), np.zeros((1, 1)), np.ones(1), np.array([False]), infos)
+    frames = np.concatenate([frame(i) for i in range(3, 6)])
+    buf.set_demos(
+        replay.demo_transitions(
+            frames[:2],
+            frames[2:],
+            np.zeros((2, 1), np.float32),
+            np.ones(2),
+            np.zeros(2, bool),
+            np.array([2]),
+            n_steps=1,
+            gamma=0.9,
+        )
+    )
+    return buf
+
+
+def test_augmented_batches_shift_each_frame_and_reproduce_from_the_numpy_stream():
+    """DrQ's shift on both observations of every row, demonstrations too: each is a 6x6 window
+    of its frame padded by 2 (edges replicated), not always the unshifted one; the same numpy
+    seed gives the same batch (a resumed run draws what it would have)."""
+    np.random.seed(3)  # noqa: NPY002
+    plain = frames_buffer(0).sample(32)
+    np.random.seed(3)  # noqa: NPY002
+    shifted = frames_buffer(2).sample(32)
+    np.random.seed(3)  # noqa: NPY002
+    again = frames_buffer(2).sample(32)
+    for name in ("observations", "next_observations"):
+        got, before = getattr(shifted, name), getattr(plain, name)
+        assert got.dtype == torch.uint8 and torch.equal(got, getattr(again, name))
+        padded = torch.nn.functional.pad(before.float(), (2, 2, 2, 2), mode="replicate")
+        windows = padded[:, 0].unfold(1, 6, 1).unfold(2, 6, 1).reshape(32, 25, 6, 6)
+        assert (windows == got[:, :1].float()).all(dim=(2, 3)).any(dim=1).all(), name
+        assert not torch.equal(got, before), name
+    for name in ("actions", "rewards", "dones", "discounts"):
+        assert torch.equal(getattr(shifted, name), getattr(plain, name))
+    with pytest.raises(ValueError, match="augment 2: image observations only"):
+        replay.DemoReplayBuffer(
+            8, gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-1, 1, (1,)), augment=2
+        )
+
+
 def test_demonstration_actions_are_scaled_as_sb3_stores_its_own(tmp_path):
     """Pendulum acts in [-2, 2]: the replay holds the expert's actions in the policy's [-1, 1],
     exactly what SB3 stores (``policy.scale_action``) had the agent sent those env actions

@@ -20,6 +20,7 @@ from test_rl import RL_CFG, dataset_and_clone, job
 from demo2rl import (
     acting,
     arms,
+    augment,
     bc,
     bc_data,
     checkpoints,
@@ -170,7 +171,7 @@ def test_bc_keeps_frames_uint8_and_streams_them_as_it_holds_them(pixels):
 
 def test_random_shift_moves_frames_by_whole_pixels_with_edges_replicated():
     frames = torch.arange(2 * 1 * 5 * 5, dtype=torch.uint8).reshape(2, 1, 5, 5)
-    shifted = bc.random_shift(frames, 2, torch.Generator().manual_seed(0))
+    shifted = augment.random_shift(frames, 2, torch.Generator().manual_seed(0))
     assert shifted.dtype == torch.uint8 and shifted.shape == frames.shape
     padded = torch.nn.functional.pad(frames.float(), (2, 2, 2, 2), mode="replicate")
     for i in range(2):  # each output is some 5x5 window of the padded frame
@@ -260,6 +261,7 @@ def test_the_sac_arms_train_on_frames_stored_as_uint8(pixels, tmp_path, arm):
         "buffer_size": 1024,
         "batch_size": 32,
         "critic_net_arch": [16],
+        "augment": 2,
         "compile": False,
     }
     spec = job(pixels, tmp_path / arm, arm, cfg, task=TASK, eval_episodes=2)
@@ -273,6 +275,7 @@ def test_the_sac_arms_train_on_frames_stored_as_uint8(pixels, tmp_path, arm):
     buffer = model.replay_buffer
     assert buffer.observations.dtype == np.uint8
     assert buffer.observations.shape[2:] == model.observation_space.shape  # (C, H, W)
+    assert buffer.augment == 2
     if arm == "rlpd":
         assert buffer.demos is not None and buffer.demos.frames.dtype == np.uint8
         assert buffer.demos.frames.shape[1:] == model.observation_space.shape

@@ -36,6 +36,7 @@ import torch
 from stable_baselines3.common.policies import ActorCriticPolicy
 
 from demo2rl import bc_data, dataset
+from demo2rl.augment import random_shift
 from demo2rl.config import BCConfig, PolicyConfig
 from demo2rl.dataset import Demos, space_from_description
 from demo2rl.policy import ObsTransform, actor_parameters, build_policy, resolve_device
@@ -293,22 +294,6 @@ def evaluate_nll(
             total += -policy.get_distribution(obs).log_prob(actions).double().sum()
     policy.train()
     return float(total) / loader.n
-
-
-def random_shift(obs: torch.Tensor, pad: int, generator: torch.Generator) -> torch.Tensor:
-    """DrQ's image augmentation (Kostrikov et al. 2020): each frame of a channels-first batch
-    padded by ``pad`` pixels (edges replicated) and cropped back at a random offset, i.e.
-    shifted by up to ``pad`` pixels each way. Shifts are drawn on the CPU from ``generator``
-    (results do not depend on the device); frames stay in their dtype (the network scales
-    them)."""
-    n, _, height, width = obs.shape
-    padded = torch.nn.functional.pad(obs.float(), (pad, pad, pad, pad), mode="replicate")
-    dy, dx = torch.randint(0, 2 * pad + 1, (2, n, 1), generator=generator).to(obs.device)
-    rows = (torch.arange(height, device=obs.device) + dy)[:, :, None]  # (n, H, 1)
-    cols = (torch.arange(width, device=obs.device) + dx)[:, None, :]  # (n, 1, W)
-    batch = torch.arange(n, device=obs.device)[:, None, None]
-    shifted = padded.permute(0, 2, 3, 1)[batch, rows, cols]  # (n, H, W, C)
-    return shifted.permute(0, 3, 1, 2).to(obs.dtype).contiguous()
 
 
 def _state_copy(policy: ActorCriticPolicy) -> dict[str, torch.Tensor]:

@@ -288,6 +288,7 @@ class SACConfig(Section):
     n_critics: int
     critic_net_arch: list[int]
     critic_layer_norm: bool
+    augment: int
     compile: bool
 
 

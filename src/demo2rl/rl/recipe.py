@@ -188,6 +188,7 @@ class Start:
                 "demo_fraction": demo_fraction,
                 "n_steps": cfg.n_steps,
                 "gamma": cfg.gamma,
+                "augment": cfg.augment if is_image_space(self.env.observation_space) else 0,
             },
             policy_kwargs=policy.sac_policy_kwargs(
                 sac_spec(self.policy_cfg, cfg), self.env.observation_space

@@ -21,12 +21,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 import torch
 from stable_baselines3.common.buffers import NStepReplayBuffer, ReplayBuffer
 from stable_baselines3.common.type_aliases import ReplayBufferSamples
 from stable_baselines3.common.vec_env import VecNormalize
+
+from demo2rl import augment
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,6 +116,10 @@ class DemoReplayBuffer(NStepReplayBuffer):
 
     Give it the demonstrations with :meth:`set_demos` before the first batch; ``demo_fraction``
     0 makes it SB3's buffer exactly.
+
+    With ``augment`` > 0 (image observations, channels first), every batch's observations and
+    next observations are shifted by up to ``augment`` pixels each way, each frame by its own
+    offset (DrQ, :mod:`demo2rl.augment`), drawn from the same numpy stream after the batch.
     """
 
     def __init__(
@@ -123,6 +128,7 @@ class DemoReplayBuffer(NStepReplayBuffer):
         demo_fraction: float = 0.5,
         n_steps: int = 1,
         gamma: float = 0.99,
+        augment: int = 0,
         **kwargs: Any,
     ) -> None:
         if not 0.0 <= demo_fraction < 1.0:
@@ -131,6 +137,9 @@ class DemoReplayBuffer(NStepReplayBuffer):
         super().__init__(*args, n_steps=n_steps, gamma=gamma, **kwargs)
         self.demo_fraction = demo_fraction
         self.demos: DemoTransitions | None = None
+        if augment and len(self.obs_shape) != 3:
+            raise ValueError(f"augment {augment}: image observations only, not {self.obs_shape}")
+        self.augment = augment
 
     def set_demos(self, demos: DemoTransitions) -> None:
         """Use ``demos`` (n-step with this buffer's ``n_steps`` and ``gamma``) from now on."""
@@ -154,6 +163,19 @@ class DemoReplayBuffer(NStepReplayBuffer):
         return round(self.demo_fraction * batch_size) if self.demo_fraction else 0
 
     def sample(self, batch_size: int, env: VecNormalize | None = None) -> ReplayBufferSamples:
+        batch = self._mixed_sample(batch_size, env)
+        if not self.augment:
+            return batch
+        # offsets for (observations, next observations) x (rows, columns) x frames
+        offsets = torch.from_numpy(np.random.randint(0, 2 * self.augment + 1, (2, 2, batch_size)))  # noqa: NPY002
+        return batch._replace(
+            observations=augment.shift_frames(batch.observations, self.augment, offsets[0]),
+            next_observations=augment.shift_frames(
+                batch.next_observations, self.augment, offsets[1]
+            ),
+        )
+
+    def _mixed_sample(self, batch_size: int, env: VecNormalize | None) -> ReplayBufferSamples:
         n_demo = self.demo_count(batch_size)
         if n_demo == 0:
             return super().sample(batch_size, env=env)
@@ -177,29 +199,6 @@ class DemoReplayBuffer(NStepReplayBuffer):
             rewards=self.to_torch(self._normalize_reward(demos.returns[rows], env)),
             discounts=self.to_torch(demos.discounts[rows]),
         )
-
-
-def plain_replay(
-    buffer_size: int,
-    observation_space: gym.Space,
-    action_space: gym.Space,
-    *,
-    device: torch.device | str,
-    n_envs: int,
-    n_steps: int,
-    gamma: float,
-) -> ReplayBuffer:
-    """The no-demonstration control's replay: the same buffer with no demonstrations."""
-    return DemoReplayBuffer(
-        buffer_size,
-        observation_space,
-        action_space,
-        device=device,
-        n_envs=n_envs,
-        demo_fraction=0.0,
-        n_steps=n_steps,
-        gamma=gamma,
-    )
 
 
 BUFFER_ARRAYS = ("observations", "next_observations", "actions", "rewards", "dones", "timeouts")
