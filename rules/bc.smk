@@ -1,6 +1,6 @@
 rule train_bc:
     input:
-        demos=of_variant(demos_path),
+        unpack(lambda wc: job_inputs(V(wc), ("clone",))),
     output:
         policy="{root}/bc/policy.pt",
         metrics="{root}/bc/metrics.json",

@@ -24,6 +24,7 @@ from demo2rl import (
     variants,
     vec_kinds,
 )
+from demo2rl.workflow import graph
 
 SCHEMA = Path(workflow.basedir) / "config" / "schema.yaml"
 """The config schema the Snakefile validates with."""
@@ -132,9 +133,7 @@ VARIANTS = {name: Variant(name, cfg) for name, cfg in variant_configs(config).it
 BASE = VARIANTS[variants.BASE]
 BY_ROOT = {v.root: v for v in VARIANTS.values()}
 SHARING = variants.Sharing(
-    {name: v.config for name, v in VARIANTS.items()},
-    SCHEMA_LEAVES,
-    lambda init, rl: arms.get(init).uses_clone(rl),
+    {name: v.config for name, v in VARIANTS.items()}, SCHEMA_LEAVES
 )
 # the base config as its jobs read it, with the variants as declared (what the MLflow parent
 # run records)
@@ -160,35 +159,31 @@ def owner_root(variant, *job):
     return VARIANTS[SHARING.owner(variant.name, *job)].root
 
 
+def output_path(variant, job):
+    """The main output of `variant`'s job `job` (demo2rl.workflow.graph), where its owner writes it."""
+    return graph.kind(job).output(owner_root(variant, *job), job[1:])
+
+
+def job_inputs(variant, job):
+    """The outputs `variant`'s job `job` reads, by the rule's input name (the graph's)."""
+    needed = graph.kind(job).inputs(variant.config, job[1:])
+    return {name: output_path(variant, upstream) for name, upstream in needed.items()}
+
+
 def demos_path(variant):
-    return f"{owner_root(variant, 'demos')}/demos/demos.h5"
+    return output_path(variant, ("demos",))
 
 
 def clone_path(variant):
-    return f"{owner_root(variant, 'clone')}/bc/policy.pt"
+    return output_path(variant, ("clone",))
 
 
 def rl_run_dir(variant, run):
     return run.dir(owner_root(variant, "rl", run.arm, str(run.seed)))
 
 
-def producer(policy):
-    """The job that made an evaluated policy, as demo2rl.variants.Sharing names jobs."""
-    run = names.RLRun.parse(policy)
-    if run is not None:
-        return f"rl:{run.arm}:{run.seed}"
-    return "clone" if policy == names.BC else ""
-
-
 def evaluation_path(variant, policy):
-    root = owner_root(variant, "evaluation", policy, producer(policy))
-    return f"{root}/eval/{policy}.json"
-
-
-def checkpoint_path(variant, policy):
-    """The checkpoint of a learned policy (the expert is code and config only)."""
-    run = names.RLRun.parse(policy)
-    return f"{rl_run_dir(variant, run)}/policy.pt" if run else clone_path(variant)
+    return output_path(variant, ("evaluation", policy))
 
 
 def report_targets(variant):
@@ -205,11 +200,13 @@ def report_targets(variant):
 
 def rl_inputs(wildcards):
     """The dataset for every arm (normalisation statistics), the clone for the arms that use it."""
-    variant = V(wildcards)
-    inputs = {"demos": demos_path(variant)}
-    if arms.get(wildcards.init).uses_clone(variant.config["rl"]):
-        inputs["bc"] = clone_path(variant)
-    return inputs
+    return job_inputs(V(wildcards), ("rl", wildcards.init, wildcards.seed))
+
+
+def evaluation_inputs(wildcards):
+    """A learned policy's checkpoint, and the dataset it must record as its own (the expert:
+    nothing)."""
+    return job_inputs(V(wildcards), ("evaluation", wildcards.policy))
 
 
 def rl_params(wildcards):

@@ -4,17 +4,7 @@
 
 rule evaluate:
     input:
-        # a learned policy's checkpoint, and the dataset it must record as its own
-        unpack(
-            lambda wc: (
-                {
-                    "checkpoint": checkpoint_path(V(wc), wc.policy),
-                    "demos": demos_path(V(wc)),
-                }
-                if wc.policy != names.EXPERT
-                else {}
-            )
-        ),
+        unpack(evaluation_inputs),
     output:
         "{root}/eval/{policy}.json",
     log:

@@ -110,7 +110,7 @@ def test_merge_is_deep_and_replaces_lists():
 
 def sharing(**named: dict) -> variants.Sharing:
     configs = {"base": BASE} | {n: variants.merge(BASE, o) for n, o in named.items()}
-    return variants.Sharing(configs, LEAVES, lambda init, rl: arms.get(init).uses_clone(rl))
+    return variants.Sharing(configs, LEAVES)
 
 
 def test_a_variant_of_rl_shares_the_demonstrations_and_the_clone():
@@ -118,9 +118,9 @@ def test_a_variant_of_rl_shares_the_demonstrations_and_the_clone():
     assert share.owner("lr", "demos") == "base"
     assert share.owner("lr", "clone") == "base"
     assert share.owner("lr", "rl", "scratch", "0") == "lr"
-    assert share.owner("lr", "evaluation", "expert", "") == "base"
-    assert share.owner("lr", "evaluation", "bc", "clone") == "base"
-    assert share.owner("lr", "evaluation", "rl-bc-seed0", "rl:bc:0") == "lr"
+    assert share.owner("lr", "evaluation", "expert") == "base"
+    assert share.owner("lr", "evaluation", "bc") == "base"
+    assert share.owner("lr", "evaluation", "rl-bc-seed0") == "lr"
 
 
 def test_an_arm_setting_owns_only_that_arms_runs_and_a_bc_setting_the_clone_and_its_users():

@@ -26,13 +26,14 @@ import itertools
 import json
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
 from demo2rl.config import ConfigError
 from demo2rl.names import BASE_VARIANT
+from demo2rl.workflow import graph
 
 BASE = BASE_VARIANT
 """The name of the base config as a variant."""
@@ -224,28 +225,25 @@ def schema_leaves(node: Mapping[str, Any], prefix: str = "") -> dict[str, dict[s
 class Sharing:
     """Which variant's job each job of a variant is.
 
-    A job's identity is what it reads, upstream jobs included: for every config key a job of
-    that kind reads (``x-read-by`` in the schema), the variant's value. A variant's job is the job
-    of the first variant (in ``configs``' order, the base first) with the same identity; with
-    ``configs`` built from the same config, the same answer on every machine.
+    A job's identity is what it reads, upstream jobs included: for every config key its rules
+    read (``x-read-by`` in the schema), the variant's value, and the identities of the jobs it
+    reads (:data:`demo2rl.workflow.graph.KINDS`). A variant's job is the job of the first variant
+    (in ``configs``' order, the base first) with the same identity; with ``configs`` built from
+    the same config, the same answer on every machine.
 
     :param configs: each variant's full config, the base first.
     :param leaves: the schema's leaf keys (:func:`schema_leaves`), each with its ``x-read-by``.
-    :param uses_clone: whether a run of an RL arm with a variant's ``rl`` section starts from (or
-        is guided by) the behaviour clone.
     """
 
     def __init__(
         self,
         configs: Mapping[str, Mapping[str, Any]],
         leaves: Mapping[str, Mapping[str, Any]],
-        uses_clone: Callable[[str, Mapping[str, Any]], bool],
     ) -> None:
         self.configs = dict(configs)
         self._readers = {
             key: [selector(s) for s in spec.get("x-read-by", [])] for key, spec in leaves.items()
         }
-        self._uses_clone = uses_clone
         self._owners: dict[tuple[str, ...], str] = {}
 
     @functools.cache  # noqa: B019  (one Sharing per workflow: it lives as long as the cache)
@@ -270,33 +268,18 @@ class Sharing:
             values[key] = node
         return json.dumps(values, sort_keys=True)
 
-    def _identity(self, variant: str, job: tuple[str, ...]) -> tuple[str, ...]:
-        kind, *args = job
-        if kind == "demos":
-            return (
-                self._values(variant, "collect_shard"),
-                self._values(variant, "merge_demos"),
-            )
-        if kind == "clone":
-            return (*self._identity(variant, ("demos",)), self._values(variant, "train_bc"))
-        if kind == "rl":
-            init, seed = args
-            uses_clone = self._uses_clone(init, self.configs[variant]["rl"])
-            upstream = ("clone",) if uses_clone else ("demos",)
-            return (
-                *self._identity(variant, upstream),
-                self._values(variant, "train_rl", init=init, seed=seed),
-            )
-        if kind == "evaluation":
-            (policy, producer) = args
-            upstream = self._identity(variant, tuple(producer.split(":"))) if producer else ()
-            return (*upstream, self._values(variant, "evaluate", policy=policy))
-        raise ValueError(f"unknown job kind {kind!r}")
+    def _identity(self, variant: str, job: graph.Job) -> tuple[str, ...]:
+        kind, args = graph.kind(job), job[1:]
+        upstream = kind.inputs(self.configs[variant], args).values()
+        wildcards = kind.wildcards(args)
+        return (
+            *(part for needed in upstream for part in self._identity(variant, needed)),
+            *(self._values(variant, rule, **wildcards) for rule in kind.rules),
+        )
 
     def owner(self, variant: str, *job: str) -> str:
         """The variant whose job ``job`` of ``variant`` is: ``("demos",)``, ``("clone",)``,
-        ``("rl", init, seed)`` or ``("evaluation", policy, producer)`` where ``producer`` is the
-        policy's job as ``kind:arg:...`` (``clone``, ``rl:bc:0``; empty for the expert)."""
+        ``("rl", arm, seed)`` or ``("evaluation", policy)`` (:mod:`demo2rl.workflow.graph`)."""
         if (variant, *job) not in self._owners:
             identity = self._identity(variant, job)
             self._owners[(variant, *job)] = next(

@@ -1,0 +1,1 @@
+"""The workflow as one object in the library (see graph.py and plan.py)."""

@@ -1,0 +1,115 @@
+"""The workflow's job graph, declared once: each kind of job, the rules that compute it, the
+jobs whose outputs it reads, and where its output lies.
+
+A job is a tuple: ``("demos",)`` (the collection shards and their merge), ``("clone",)``
+(behaviour cloning), ``("rl", arm, seed)`` (one RL run) or ``("evaluation", policy)`` (one
+policy on the held-out episodes). :data:`KINDS` says, per kind, which rules compute it (what
+config they read is the schema's ``x-read-by``), which jobs it reads (by the rule's input
+names) and where its main output goes under a variant's results. The rules' inputs and the
+variants' sharing both derive from it (:class:`demo2rl.workflow.plan.Plan`): a new upstream
+step is one entry here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from demo2rl import arms, names
+
+Job = tuple[str, ...]
+"""A job: its kind, then its arguments (``("rl", "bc", "0")``)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class JobKind:
+    """One kind of job.
+
+    :param name: the kind (the first element of its jobs).
+    :param rules: the rules that compute one job of this kind, in order (a job's identity is
+        the config keys each reads, ``x-read-by``, and the identities of the jobs it reads).
+    :param inputs: the jobs one job reads, by the rule's input name, given the variant's config
+        and the job's arguments.
+    :param wildcards: the job's wildcards, by name, given its arguments (what ``x-read-by``
+        selectors such as ``train_rl[init=rlpd]`` match).
+    :param output: its main output, under a variant's results directory.
+    """
+
+    name: str
+    rules: tuple[str, ...]
+    inputs: Callable[[Mapping[str, Any], tuple[str, ...]], dict[str, Job]]
+    wildcards: Callable[[tuple[str, ...]], dict[str, str]]
+    output: Callable[[str, tuple[str, ...]], str]
+
+
+def _rl_inputs(config: Mapping[str, Any], args: tuple[str, ...]) -> dict[str, Job]:
+    """Every arm reads the dataset (its normalisation statistics); an arm that uses the clone
+    (:meth:`demo2rl.arms.Arm.uses_clone`) reads it too."""
+    arm = args[0]
+    inputs: dict[str, Job] = {"demos": ("demos",)}
+    if arms.get(arm).uses_clone(config["rl"]):
+        inputs["bc"] = ("clone",)
+    return inputs
+
+
+def producer(policy: str) -> Job | None:
+    """The job that made ``policy`` (None for the expert: code and config only)."""
+    run = names.RLRun.parse(policy)
+    if run is not None:
+        return ("rl", run.arm, str(run.seed))
+    return ("clone",) if policy == names.BC else None
+
+
+def _evaluation_inputs(config: Mapping[str, Any], args: tuple[str, ...]) -> dict[str, Job]:
+    """A learned policy's checkpoint, and the dataset it must record as its own."""
+    made_by = producer(args[0])
+    return {} if made_by is None else {"checkpoint": made_by, "demos": ("demos",)}
+
+
+def _rl_output(root: str, args: tuple[str, ...]) -> str:
+    return f"{names.RLRun(args[0], int(args[1])).dir(root)}/policy.pt"
+
+
+KINDS: dict[str, JobKind] = {
+    kind.name: kind
+    for kind in (
+        JobKind(
+            "demos",
+            rules=("collect_shard", "merge_demos"),
+            inputs=lambda config, args: {},
+            wildcards=lambda args: {},
+            output=lambda root, args: f"{root}/demos/demos.h5",
+        ),
+        JobKind(
+            "clone",
+            rules=("train_bc",),
+            inputs=lambda config, args: {"demos": ("demos",)},
+            wildcards=lambda args: {},
+            output=lambda root, args: f"{root}/bc/policy.pt",
+        ),
+        JobKind(
+            "rl",
+            rules=("train_rl",),
+            inputs=_rl_inputs,
+            wildcards=lambda args: {"init": args[0], "seed": args[1]},
+            output=_rl_output,
+        ),
+        JobKind(
+            "evaluation",
+            rules=("evaluate",),
+            inputs=_evaluation_inputs,
+            wildcards=lambda args: {"policy": args[0]},
+            output=lambda root, args: f"{root}/eval/{args[0]}.json",
+        ),
+    )
+}
+"""Every kind of job, by name."""
+
+
+def kind(job: Job) -> JobKind:
+    """The kind of ``job``; a ValueError naming the known kinds otherwise."""
+    try:
+        return KINDS[job[0]]
+    except KeyError:
+        raise ValueError(f"unknown job kind {job[0]!r} (known: {', '.join(KINDS)})") from None

@@ -1,0 +1,83 @@
+"""The job graph (demo2rl.workflow.graph): what each job reads, where it writes, and how the
+variants' sharing follows it. Fast: no Snakemake."""
+
+from __future__ import annotations
+
+import yaml
+from conftest import REPO
+
+from demo2rl import config, variants
+from demo2rl.workflow import graph
+
+SCHEMA = yaml.safe_load((REPO / "config" / "schema.yaml").read_text())
+LEAVES = variants.schema_leaves(SCHEMA)
+BASE = config.load(REPO / "config" / "config.yaml")
+
+
+def inputs(job: graph.Job, cfg: dict = BASE) -> dict[str, graph.Job]:
+    return graph.kind(job).inputs(cfg, job[1:])
+
+
+def test_each_job_reads_the_jobs_the_rules_take_as_inputs():
+    assert inputs(("demos",)) == {}
+    assert inputs(("clone",)) == {"demos": ("demos",)}
+    for arm in ("bc", "residual", "kickstart"):
+        assert inputs(("rl", arm, "0")) == {"demos": ("demos",), "bc": ("clone",)}
+    for arm in ("scratch", "sac", "rlpd"):  # rlpd: its clone switches are off by default
+        assert inputs(("rl", arm, "0")) == {"demos": ("demos",)}
+    on = BASE | {"rl": BASE["rl"] | {"rlpd": BASE["rl"]["rlpd"] | {"clone_warmup": True}}}
+    assert inputs(("rl", "rlpd", "0"), on) == {"demos": ("demos",), "bc": ("clone",)}
+    assert inputs(("evaluation", "expert")) == {}
+    assert inputs(("evaluation", "bc")) == {"checkpoint": ("clone",), "demos": ("demos",)}
+    assert inputs(("evaluation", "rl-kickstart-seed2")) == {
+        "checkpoint": ("rl", "kickstart", "2"),
+        "demos": ("demos",),
+    }
+
+
+def test_each_job_writes_under_its_variants_results():
+    outputs = {
+        ("demos",): "r/demos/demos.h5",
+        ("clone",): "r/bc/policy.pt",
+        ("rl", "sac", "1"): "r/rl/sac/seed-1/policy.pt",
+        ("evaluation", "rl-sac-seed1"): "r/eval/rl-sac-seed1.json",
+    }
+    for job, path in outputs.items():
+        assert graph.kind(job).output("r", job[1:]) == path
+
+
+def test_an_unknown_kind_is_named():
+    try:
+        graph.kind(("distill",))
+    except ValueError as err:
+        assert "unknown job kind 'distill' (known: demos, clone, rl, evaluation)" in str(err)
+    else:
+        raise AssertionError("no error")
+
+
+def test_a_new_kind_is_one_entry_and_the_sharing_follows_it(monkeypatch):
+    """The worked example of docs/architecture.md: a toy job kind, "distill" (a student network
+    trained on the clone's actions, computed by a rule train_distill that reads bc.batch_size),
+    added to the table in the test; the sharing treats it like the built-in kinds without a
+    line of its own: a variant of an upstream key owns its distill job, a variant of another
+    arm's settings shares the base's."""
+    distill = graph.JobKind(
+        "distill",
+        rules=("train_distill",),
+        inputs=lambda cfg, args: {"teacher": ("clone",)},
+        wildcards=lambda args: {},
+        output=lambda root, args: f"{root}/distill/policy.pt",
+    )
+    monkeypatch.setitem(graph.KINDS, "distill", distill)
+    leaves = {
+        **LEAVES,
+        "bc.batch_size": {**LEAVES["bc.batch_size"], "x-read-by": ["train_bc", "train_distill"]},
+    }
+    named = {
+        "lr": {"bc": {"learning_rate": 0.01}},  # the clone changes: so does its student
+        "warm": {"rl": {"warm_start": {"log_std": -0.5}}},  # an RL arm's own key: shared
+    }
+    configs = {"base": BASE} | {n: variants.merge(BASE, o) for n, o in named.items()}
+    share = variants.Sharing(configs, leaves)
+    assert share.owner("lr", "distill") == "lr"
+    assert share.owner("warm", "distill") == "base"
