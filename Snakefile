@@ -29,7 +29,4 @@ rule all:
     input:
         # every variant's (the base config's first): the dataset, the clone, the RL runs, the
         # report; where a variant shares a job with an earlier one, that job's files
-        [demos_path(v) for v in VARIANTS.values()],
-        [clone_path(v) for v in VARIANTS.values()],
-        [f"{rl_run_dir(v, run)}/policy.pt" for v in VARIANTS.values() for run in v.runs],
-        REPORT_TARGETS,
+        PLAN.final_targets(),

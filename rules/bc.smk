@@ -1,6 +1,6 @@
 rule train_bc:
     input:
-        unpack(lambda wc: job_inputs(V(wc), ("clone",))),
+        unpack(job_inputs(lambda wc: ("clone",))),
     output:
         policy="{root}/bc/policy.pt",
         metrics="{root}/bc/metrics.json",

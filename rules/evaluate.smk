@@ -4,7 +4,7 @@
 
 rule evaluate:
     input:
-        unpack(evaluation_inputs),
+        unpack(job_inputs(lambda wc: ("evaluation", wc.policy))),
     output:
         "{root}/eval/{policy}.json",
     log:

@@ -3,27 +3,8 @@
 # code redraws figures and recomputes nothing.
 REPORT = "{root}/report"
 """A variant's report directory, with the root wildcard (a variant's results)."""
-SUMMARY_FIGURES = {
-    "curves_png": "plots/learning_curves.png",
-    "returns_png": "plots/final_returns.png",
-}
-RACING_FIGURES = {
-    "track_png": "plots/track_lines.png",
-    "lap_gif": "plots/best_lap.gif",
-}
-"""The figures of a variant's report, under its report directory."""
-VARIANTS_REPORT = f"{RESULTS}/report"
+VARIANTS_REPORT = PLAN.report
 """Where the comparison across variants goes: the experiment's report directory."""
-
-
-# what rule all builds: every variant's report, and the comparison of the variants
-REPORT_TARGETS = [path for v in VARIANTS.values() for path in report_targets(v)]
-if len(VARIANTS) > 1:
-    REPORT_TARGETS += [
-        f"{VARIANTS_REPORT}/variants.md",
-        f"{VARIANTS_REPORT}/variants.json",
-        f"{VARIANTS_REPORT}/plots/variants.png",
-    ]
 
 
 report: "../report/workflow.rst"
@@ -181,7 +162,7 @@ rule compare_variants:
     params:
         tracking=TRACKING,
         # the variants in order (the base first) with their overrides as declared
-        overrides={variants.BASE: {}} | variants.declared(config["variants"]),
+        overrides=PLAN.overrides(),
         # the (variant, policy) of each progress table, in their order
         progress_runs=[
             [name, run.name] for name, v in VARIANTS.items() for run in v.runs

@@ -1,6 +1,6 @@
 rule train_rl:
     input:
-        unpack(rl_inputs),
+        unpack(job_inputs(lambda wc: ("rl", wc.init, wc.seed))),
     output:
         policy=f"{RL_DIR}/policy.pt",
         progress=f"{RL_DIR}/progress.csv",

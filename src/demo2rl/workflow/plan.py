@@ -1,0 +1,229 @@
+"""The workflow's plan: built once from the validated config, everything the rules ask.
+
+:class:`Plan` resolves every variant (schema defaults filled, checked, its task probed, the
+``auto`` and ``all`` values turned into what runs) without rewriting Snakemake's ``config``, and
+answers, per variant and job (:mod:`demo2rl.workflow.graph`), where the job's output lies (its
+owner's results: a job shared between variants runs once), what it reads, and what the
+invocation builds in the end. It needs no Snakemake: rules/common.smk builds one and the rules
+call into it; tests build one from a config.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from demo2rl import arms, config, names, probe, tasks, variants, vec_kinds
+from demo2rl.workflow import graph
+
+SCHEMA = Path(__file__).resolve().parents[3] / "config" / "schema.yaml"
+"""The config schema (the repository's config/schema.yaml)."""
+SUMMARY_FIGURES = {
+    "curves_png": "plots/learning_curves.png",
+    "returns_png": "plots/final_returns.png",
+}
+RACING_FIGURES = {
+    "track_png": "plots/track_lines.png",
+    "lap_gif": "plots/best_lap.gif",
+}
+"""The figures of a variant's report, under its report directory (the racing ones only for the
+racing task)."""
+
+
+class PlanError(ValueError):
+    """A config the workflow cannot run, said as the error a user reads (``Invalid config: ``
+    follows in front)."""
+
+
+@functools.cache
+def _probed(task_json: str) -> probe.Probe:
+    """The task probe (one env batch, one reset, a few steps, one expert call), once per distinct
+    task, encoder and arm choice among the variants."""
+    return probe.probe_task(json.loads(task_json))
+
+
+def resolve(name: str, cfg: dict[str, Any]) -> dict[str, Any]:
+    """A variant's config as its jobs read it: checked, its task probed (a bad key, a space the
+    workflow cannot use or an expert that does not fit fails here, before any job, naming the
+    variant), the `auto` and `all` values resolved as they run, keys sorted."""
+    try:
+        config.check(cfg)
+        probe_input = {
+            "task": cfg["task"],
+            "policy": {"cnn": cfg["policy"]["cnn"]},
+            "rl": {k: cfg["rl"][k] for k in ("inits", "vec_env")},
+        }
+        found = _probed(json.dumps(probe_input, sort_keys=True))
+    except config.ConfigError as err:
+        where = "" if name == variants.BASE else f"variant {name!r}: "
+        raise PlanError(f"{where}{err}") from None
+    # `rl.inits: all`: every arm that applies to the task (the probe says which, and logs why an
+    # arm is left out); an explicit list is checked by the probe and kept as it is
+    cfg["rl"]["inits"] = list(found.arms)
+    # `auto` as it runs (native or dummy), so that spelling out the same choice reruns nothing
+    cfg["rl"]["vec_env"] = vec_kinds.resolve_vec_env(
+        cfg["rl"]["vec_env"], cfg["task"]["env_id"], cfg["task"]["frame_stack"]
+    )
+    # `rl.device: auto` as it runs: CUDA for a CNN policy where this machine has an NVIDIA GPU
+    # (the job then requests the `gpu` resource), else the CPU, where small MLPs train fastest
+    cfg["rl"]["device"] = config.rl_device(cfg["rl"]["device"], found.images)
+    # params compare as text: sort the config's keys, so that their order in a file never counts
+    return config.canonical(cfg)
+
+
+def variant_configs(
+    base: Mapping[str, Any], leaves: Mapping[str, Mapping[str, Any]], schema: Path = SCHEMA
+) -> dict[str, dict[str, Any]]:
+    """The base config (schema-validated already) and every variant's, each validated by the
+    schema and resolved (:func:`resolve`), the base first."""
+    from snakemake.exceptions import WorkflowError
+    from snakemake.utils import validate
+
+    plain = {k: v for k, v in base.items() if k != "variants"}
+    configs = {variants.BASE: resolve(variants.BASE, copy.deepcopy(plain))}
+    try:
+        declared = variants.declared(base["variants"])
+        for name, overrides in declared.items():
+            variants.check_overrides(name, overrides, leaves)
+    except config.ConfigError as err:
+        raise PlanError(str(err)) from None
+    for name, overrides in declared.items():
+        merged = variants.merge(plain, overrides)
+        try:
+            validate(merged, str(schema))
+        except WorkflowError as err:
+            raise PlanError(f"variant {name!r}: {err}") from None
+        configs[name] = resolve(name, merged)
+    return configs
+
+
+class Variant:
+    """One variant of the invocation as the rules read it: its config's sections and the
+    values derived from them (the base config is the variant `base`)."""
+
+    def __init__(self, name: str, cfg: dict[str, Any], results: str) -> None:
+        self.name = name
+        self.config = cfg
+        self.root = names.variant_root(results, name)
+        # the sections the rules read themselves (each job gets the one or two numbers it uses)
+        self.collect = config.CollectConfig.of(cfg["collect"])
+        self.evaluate = config.EvaluateConfig.of(cfg["evaluate"])
+        self.inits: list[str] = cfg["rl"]["inits"]
+        self.runs = names.rl_runs(self.inits, cfg["rl"]["seeds"])
+        self.policies = names.policy_names(self.inits, cfg["rl"]["seeds"])
+        self.arm_looks = {arm.name: [arm.label, arm.color] for arm in map(arms.get, self.inits)}
+        """How tables and figures show each arm: a param of the rules that show them (code
+        fingerprints leave labels and colours out, so that editing one retrains nothing)."""
+        self.task = {k: v for k, v in cfg["task"].items() if k != "timeout_s"}
+        """The task as a job's param: all but `timeout_s`, which changes no result (the time
+        limit on the task's code: the `timeout_ms` resource, demo2rl.jobs.task_config)."""
+        self.env = {
+            k: self.task[k] for k in ("env_id", "env_kwargs", "frame_stack", "max_episode_steps")
+        }
+        """The task without its expert: what stages that only step the env read."""
+        self.timeout_ms = max(1, round(1000 * cfg["task"]["timeout_s"]))
+        """`task.timeout_s` in integer milliseconds, the resource the rules take (Snakemake
+        would round a float resource to whole seconds)."""
+        self.task_code = tuple(
+            tasks.entry_point_modules(cfg["task"]["env_id"], cfg["task"]["expert"]["entry_point"])
+        )
+        """The modules of the task's env and expert (a user's own code, too)."""
+        self.racing = cfg["task"]["env_id"].rpartition(":")[2] == "Racing-v0"
+        self.report = f"{self.root}/report"
+        """Its report directory."""
+
+
+class Plan:
+    """The invocation: every variant (the base first), which variant's job each job is, and the
+    paths the rules read and write.
+
+    :param cfg: the config as Snakemake holds it (validated by the schema, defaults filled).
+    :param schema: the config schema (its ``x-read-by`` says what each rule reads).
+    """
+
+    def __init__(self, cfg: Mapping[str, Any], schema: Path = SCHEMA) -> None:
+        leaves = variants.schema_leaves(yaml.safe_load(Path(schema).read_text()))
+        self.results = f"results/{cfg['experiment']}"
+        """The experiment's results directory (the base variant's)."""
+        self.variants = {
+            name: Variant(name, resolved, self.results)
+            for name, resolved in variant_configs(cfg, leaves, schema).items()
+        }
+        """Every variant, by name, the base first."""
+        self.base = self.variants[variants.BASE]
+        self.declared = cfg["variants"]
+        """The ``variants`` section as the config declares it."""
+        self._by_root = {v.root: v for v in self.variants.values()}
+        self.sharing = variants.Sharing(
+            {name: v.config for name, v in self.variants.items()}, leaves
+        )
+        self.arms = sorted({arm for v in self.variants.values() for arm in v.inits})
+        """Every arm some variant runs."""
+        self.report = f"{self.results}/report"
+        """The comparison across variants (with more than one)."""
+
+    def config(self) -> dict[str, Any]:
+        """The base config as its jobs read it, with the variants as declared (what the MLflow
+        parent run records)."""
+        return config.canonical({**self.base.config, "variants": self.declared})
+
+    def overrides(self) -> dict[str, dict[str, Any]]:
+        """Every variant's overrides as declared, in order (the base first, with none)."""
+        return {variants.BASE: {}} | variants.declared(config.canonical(self.declared))
+
+    def at(self, root: str) -> Variant:
+        """The variant whose results directory is ``root`` (a job's ``root`` wildcard)."""
+        return self._by_root[root]
+
+    def owner_root(self, variant: Variant, job: graph.Job) -> str:
+        """Where ``variant``'s job ``job`` writes: the results of the first variant with the same
+        job (:class:`demo2rl.variants.Sharing`), so that a job is never run twice."""
+        return self.variants[self.sharing.owner(variant.name, *job)].root
+
+    def output(self, variant: Variant, job: graph.Job) -> str:
+        """The main output of ``variant``'s job ``job``, where its owner writes it."""
+        return graph.kind(job).output(self.owner_root(variant, job), job[1:])
+
+    def inputs(self, variant: Variant, job: graph.Job) -> dict[str, str]:
+        """The outputs ``variant``'s job ``job`` reads, by the rule's input name."""
+        needed = graph.kind(job).inputs(variant.config, job[1:])
+        return {name: self.output(variant, upstream) for name, upstream in needed.items()}
+
+    def run_dir(self, variant: Variant, run: names.RLRun) -> str:
+        """The directory of ``variant``'s RL run ``run``, where its owner writes it."""
+        return run.dir(self.owner_root(variant, ("rl", run.arm, str(run.seed))))
+
+    def report_targets(self, variant: Variant) -> list[str]:
+        """What ``variant``'s report is (the clone's loss plot is its clone's)."""
+        figures = {**SUMMARY_FIGURES, **(RACING_FIGURES if variant.racing else {})}
+        return [
+            f"{variant.report}/summary.md",
+            f"{variant.report}/summary.json",
+            f"{self.owner_root(variant, ('clone',))}/bc/loss.png",
+            *(f"{variant.report}/{path}" for path in figures.values()),
+        ]
+
+    def final_targets(self) -> list[str]:
+        """What the invocation builds: every variant's dataset, clone, RL runs and report, and
+        with more than one variant their comparison; where a variant shares a job with an
+        earlier one, that job's files."""
+        targets: list[str] = []
+        for v in self.variants.values():
+            targets += [self.output(v, ("demos",)), self.output(v, ("clone",))]
+            targets += [f"{self.run_dir(v, run)}/policy.pt" for run in v.runs]
+        for v in self.variants.values():
+            targets += self.report_targets(v)
+        if len(self.variants) > 1:
+            targets += [f"{self.report}/{name}" for name in self.comparison()]
+        return targets
+
+    @staticmethod
+    def comparison() -> list[str]:
+        """The files of the comparison across variants, under :attr:`report`."""
+        return ["variants.md", "variants.json", "plots/variants.png"]
