@@ -105,6 +105,7 @@ MODULES: dict[str, list[str]] = {
     "demo2rl.guidance": ["train_rl"],
     "demo2rl.evaluation": TRAINING,
     "demo2rl.bc": ["train_bc"],
+    "demo2rl.augment": ["train_bc", "train_rl"],
     "demo2rl.bc_data": ["train_bc"],
     "demo2rl.jobspec": ["collect_shard", *TRAINING],  # through the typed config sections too
     "demo2rl.rl": ["train_rl"],
@@ -120,6 +121,9 @@ MODULES: dict[str, list[str]] = {
     "demo2rl.vec_kinds": ["train_rl"],
     "demo2rl.probe": [],  # run when the workflow parses its config, by no job
     "demo2rl.variants": [],  # the same
+    "demo2rl.workflow": [],  # the same: the plan and the job graph
+    "demo2rl.workflow.graph": [],
+    "demo2rl.workflow.plan": [],
     "demo2rl.arms": ["train_rl", "evaluate", "summarize", "plot_summary", "plot_racing"],
     "demo2rl.names": ["train_rl", "evaluate", "summarize", "plot_summary", "plot_racing"],
     "demo2rl.groups": ["evaluate", "summarize", "plot_summary", "plot_racing"],
