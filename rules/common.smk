@@ -23,7 +23,6 @@ except PlanError as err:
 RESULTS = PLAN.results
 VARIANTS = PLAN.variants
 """Every variant of this invocation, the base first."""
-BASE = PLAN.base
 # the base config as its jobs read it, with the variants as declared (what the MLflow parent
 # run records)
 config.clear()

@@ -167,8 +167,8 @@ rule compare_variants:
         progress_runs=[
             [name, run.name] for name, v in VARIANTS.items() for run in v.runs
         ],
-        bootstrap_reps=BASE.evaluate.bootstrap_reps,
-        confidence=BASE.evaluate.confidence,
+        bootstrap_reps=PLAN.base.evaluate.bootstrap_reps,
+        confidence=PLAN.base.evaluate.confidence,
         seed=config["seed"],
         arm_looks={
             arm: look for v in VARIANTS.values() for arm, look in v.arm_looks.items()

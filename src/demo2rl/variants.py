@@ -10,12 +10,12 @@ deep-merged into the base config (a mapping merges into a mapping, anything else
 * ``sample``: ``n`` variants drawn from declared ranges with their own ``seed``: the same
   config gives the same variants, on every machine.
 
-The base config runs as variant :data:`BASE`. A variant's job reruns on exactly what Snakemake
-compares (its params), and what a job reads is declared per config key in config/schema.yaml
-(``x-read-by``, checked against Snakemake's plan by tests/test_rerun_matrix.py). So a job of a
-variant whose config agrees with an earlier variant's (the base first) on every key that job and
-the jobs upstream of it read would compute the same bytes: it is that variant's job, not a new one
-(:class:`Sharing`). A variant of ``rl.*`` therefore reuses the base's demonstrations and clone.
+The base config runs as variant ``base`` (:data:`demo2rl.names.BASE_VARIANT`). A variant's
+job reruns on exactly what Snakemake compares (its params), and what a job reads is declared per
+config key in config/schema.yaml (``x-read-by``, checked against Snakemake's plan by
+tests/test_rerun_matrix.py). So a job of a variant whose config agrees with an earlier variant's
+(the base first) on every key that job and the jobs upstream of it read would compute the same
+bytes: it is that variant's job, not a new one (:class:`Sharing`). A variant of ``rl.*`` therefore reuses the base's demonstrations and clone.
 """
 
 from __future__ import annotations
@@ -35,8 +35,6 @@ from demo2rl.config import ConfigError
 from demo2rl.names import BASE_VARIANT
 from demo2rl.workflow import graph
 
-BASE = BASE_VARIANT
-"""The name of the base config as a variant."""
 SHORTHANDS = ("grid", "sample")
 """Keys of the ``variants`` section that are not variant names."""
 FIXED = ("experiment", "seed", "variants", "tracking")
@@ -62,7 +60,7 @@ def declared(section: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         *sample(section.get("sample") or {}).items(),
     ]
     for name, overrides in generated:
-        if name == BASE or name in out:
+        if name == BASE_VARIANT or name in out:
             raise ConfigError(f"variants.{name}", "declared twice (or named like the base)")
         out[name] = overrides
     return out

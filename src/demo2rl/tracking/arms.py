@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 
 from mlflow.entities import Metric, RunStatus, ViewType
 
+from demo2rl.names import BASE_VARIANT
 from demo2rl.tracking.lineage import ids_tag, upstream_runs
 from demo2rl.tracking.run import PARENT_ENV, Run
 
@@ -34,8 +35,6 @@ ARM_TAG = "demo2rl.arm"
 VARIANT_TAG = "demo2rl.variant"
 SEED_RUNS_TAG = "demo2rl.seed_runs"
 """Prefix of the tags naming an arm's seed runs: ``demo2rl.seed_runs.<rule>`` = run ids."""
-BASE_VARIANT = "base"
-"""The variant name of the base config: its arm runs are named ``arm-<arm>``, without it."""
 ARM_FILTER = f"tags.`{STAGE_TAG}` = '{ARM_STAGE}'"
 """The MLflow search filter that selects the arm runs (and no job or workflow run)."""
 CURVE_METRICS = {"mean": "curve_mean", "low": "curve_low", "high": "curve_high"}

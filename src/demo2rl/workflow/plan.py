@@ -61,7 +61,7 @@ def resolve(name: str, cfg: dict[str, Any]) -> dict[str, Any]:
         }
         found = _probed(json.dumps(probe_input, sort_keys=True))
     except config.ConfigError as err:
-        where = "" if name == variants.BASE else f"variant {name!r}: "
+        where = "" if name == names.BASE_VARIANT else f"variant {name!r}: "
         raise PlanError(f"{where}{err}") from None
     # `rl.inits: all`: every arm that applies to the task (the probe says which, and logs why an
     # arm is left out); an explicit list is checked by the probe and kept as it is
@@ -86,7 +86,7 @@ def variant_configs(
     from snakemake.utils import validate
 
     plain = {k: v for k, v in base.items() if k != "variants"}
-    configs = {variants.BASE: resolve(variants.BASE, copy.deepcopy(plain))}
+    configs = {names.BASE_VARIANT: resolve(names.BASE_VARIANT, copy.deepcopy(plain))}
     try:
         declared = variants.declared(base["variants"])
         for name, overrides in declared.items():
@@ -156,7 +156,7 @@ class Plan:
             for name, resolved in variant_configs(cfg, leaves, schema).items()
         }
         """Every variant, by name, the base first."""
-        self.base = self.variants[variants.BASE]
+        self.base = self.variants[names.BASE_VARIANT]
         self.declared = cfg["variants"]
         """The ``variants`` section as the config declares it."""
         self._by_root = {v.root: v for v in self.variants.values()}
@@ -175,7 +175,7 @@ class Plan:
 
     def overrides(self) -> dict[str, dict[str, Any]]:
         """Every variant's overrides as declared, in order (the base first, with none)."""
-        return {variants.BASE: {}} | variants.declared(config.canonical(self.declared))
+        return {names.BASE_VARIANT: {}} | variants.declared(config.canonical(self.declared))
 
     def at(self, root: str) -> Variant:
         """The variant whose results directory is ``root`` (a job's ``root`` wildcard)."""
