@@ -15,18 +15,18 @@ rule train_bc:
     resources:
         mem_mb=8000,
         runtime=60,
-        gpu=of_variant(lambda v: gpus(v.config["bc"]["device"])),
+        gpu=from_variant(lambda v: gpus(v.config["bc"]["device"])),
         # envs stepped together when clone and expert drive the held-out episodes: speed only
-        eval_envs=of_variant(lambda v: v.evaluate.n_envs),
+        eval_envs=from_variant(lambda v: v.evaluate.n_envs),
         # the time limit on each env or expert call (task.timeout_s): robustness only
-        timeout_ms=of_variant(lambda v: v.timeout_ms),
+        timeout_ms=from_variant(lambda v: v.timeout_ms),
     params:
         tracking=TRACKING,
-        task=of_variant(lambda v: v.task),
-        policy=of_variant(lambda v: v.config["policy"]),
-        bc=of_variant(lambda v: v.config["bc"]),
-        eval_episodes=of_variant(lambda v: v.evaluate.during_training),
-        seed=of_variant(lambda v: v.config["seed"]),
+        task=from_variant(lambda v: v.task),
+        policy=from_variant(lambda v: v.config["policy"]),
+        bc=from_variant(lambda v: v.config["bc"]),
+        eval_episodes=from_variant(lambda v: v.evaluate.during_training),
+        seed=from_variant(lambda v: v.config["seed"]),
         code=code("train_bc", task=True),
     script:
         "../scripts/train_bc.py"

@@ -35,7 +35,7 @@ RL_DIR = f"{{root}}/{names.RL_DIR}"
 """An RL run's directory, with the root (a variant's results), init and seed wildcards."""
 
 
-def V(wildcards):
+def job_variant(wildcards):
     """The variant whose results directory a job's `root` wildcard is."""
     return PLAN.at(wildcards.root)
 
@@ -54,17 +54,17 @@ def evaluation_path(variant, policy):
 
 def job_inputs(job):
     """The input function of a rule computing `job(wildcards)` (demo2rl.workflow.graph)."""
-    return lambda wildcards: PLAN.inputs(V(wildcards), job(wildcards))
+    return lambda wildcards: PLAN.inputs(job_variant(wildcards), job(wildcards))
 
 
 def rl_params(wildcards):
     """The rl slice a run of this arm reads (checkpoint_every is a resource instead)."""
-    return groups.arm_rl_config(V(wildcards).config["rl"], wildcards.init)
+    return groups.arm_rl_config(job_variant(wildcards).config["rl"], wildcards.init)
 
 
 def variant_labels(**labels):
     """The labels of a file in Snakemake's report, with the variant whose file it is."""
-    return lambda wildcards: {"variant": V(wildcards).name, **labels}
+    return lambda wildcards: {"variant": job_variant(wildcards).name, **labels}
 
 
 def gpus(device):
@@ -82,12 +82,14 @@ def code(stage, task=False):
     `task`, the task's env and expert too), a function of the job's variant; as a param, an
     edit of that code reruns the rule.
     """
-    return lambda wildcards: fingerprint(stage, V(wildcards).task_code if task else ())
+    return lambda wildcards: fingerprint(
+        stage, job_variant(wildcards).task_code if task else ()
+    )
 
 
-def of_variant(get):
+def from_variant(get):
     """A param or resource that is `get(variant)` for the job's variant."""
-    return lambda wildcards: get(V(wildcards))
+    return lambda wildcards: get(job_variant(wildcards))
 
 
 wildcard_constraints:

@@ -20,15 +20,17 @@ rule evaluate:
         mem_mb=2000,
         runtime=30,
         # envs stepped together: speed only
-        envs=of_variant(lambda v: v.evaluate.n_envs),
+        envs=from_variant(lambda v: v.evaluate.n_envs),
         # the time limit on each env or expert call (task.timeout_s): robustness only
-        timeout_ms=of_variant(lambda v: v.timeout_ms),
+        timeout_ms=from_variant(lambda v: v.timeout_ms),
     params:
         tracking=TRACKING,
         # the expert is the task's; a learned policy's network comes from its checkpoint
-        task=lambda wc: V(wc).task if wc.policy == names.EXPERT else V(wc).env,
-        episodes=of_variant(lambda v: v.evaluate.episodes),
-        seed=of_variant(lambda v: v.config["seed"]),
+        task=lambda wc: (
+            job_variant(wc).task if wc.policy == names.EXPERT else job_variant(wc).env
+        ),
+        episodes=from_variant(lambda v: v.evaluate.episodes),
+        seed=from_variant(lambda v: v.config["seed"]),
         code=code("evaluate", task=True),
     script:
         "../scripts/evaluate.py"

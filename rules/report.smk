@@ -12,13 +12,17 @@ report: "../report/workflow.rst"
 
 rule summarize:
     input:
-        evaluations=lambda wc: [evaluation_path(V(wc), p) for p in V(wc).policies],
+        evaluations=lambda wc: [
+            evaluation_path(job_variant(wc), p) for p in job_variant(wc).policies
+        ],
         curves=lambda wc: [
-            f"{rl_run_dir(V(wc), run)}/evaluations.csv" for run in V(wc).runs
+            f"{rl_run_dir(job_variant(wc), run)}/evaluations.csv"
+            for run in job_variant(wc).runs
         ],
         # the same runs' SB3 progress tables (their training seconds, wall and CPU)
         progress=lambda wc: [
-            f"{rl_run_dir(V(wc), run)}/progress.csv" for run in V(wc).runs
+            f"{rl_run_dir(job_variant(wc), run)}/progress.csv"
+            for run in job_variant(wc).runs
         ],
     output:
         summary_json=f"{REPORT}/summary.json",
@@ -49,19 +53,19 @@ rule summarize:
         runtime=15,
     params:
         tracking=TRACKING,
-        variant=of_variant(lambda v: v.name),
-        bootstrap_reps=of_variant(lambda v: v.evaluate.bootstrap_reps),
-        confidence=of_variant(lambda v: v.evaluate.confidence),
-        seed=of_variant(lambda v: v.config["seed"]),
+        variant=from_variant(lambda v: v.name),
+        bootstrap_reps=from_variant(lambda v: v.evaluate.bootstrap_reps),
+        confidence=from_variant(lambda v: v.evaluate.confidence),
+        seed=from_variant(lambda v: v.config["seed"]),
         # the RL learning curves were evaluated on this many of the held-out tracks
-        curve_tracks=of_variant(lambda v: v.evaluate.during_training),
+        curve_tracks=from_variant(lambda v: v.evaluate.during_training),
         # the RL run of each of the curves and progress tables, in their order
-        curve_runs=of_variant(lambda v: [run.name for run in v.runs]),
+        curve_runs=from_variant(lambda v: [run.name for run in v.runs]),
         # env steps per run of each arm (its algorithm's budget)
-        budgets=of_variant(
+        budgets=from_variant(
             lambda v: {arm: groups.arm_budget(v.config["rl"], arm) for arm in v.inits}
         ),
-        arm_looks=of_variant(lambda v: v.arm_looks),
+        arm_looks=from_variant(lambda v: v.arm_looks),
         # summary.md links to the figures
         figures=lambda wc: {
             k: f"{wc.root}/report/{p}" for k, p in SUMMARY_FIGURES.items()
@@ -97,7 +101,7 @@ rule plot_summary:
         runtime=5,
     params:
         tracking=TRACKING,
-        arm_looks=of_variant(lambda v: v.arm_looks),
+        arm_looks=from_variant(lambda v: v.arm_looks),
         code=code("plot_summary"),
     script:
         "../scripts/plot_summary.py"
@@ -105,7 +109,9 @@ rule plot_summary:
 
 rule plot_racing:
     input:
-        evaluations=lambda wc: [evaluation_path(V(wc), p) for p in V(wc).policies],
+        evaluations=lambda wc: [
+            evaluation_path(job_variant(wc), p) for p in job_variant(wc).policies
+        ],
     output:
         track_png=report(
             f"{REPORT}/{RACING_FIGURES['track_png']}",
@@ -129,7 +135,7 @@ rule plot_racing:
         runtime=10,
     params:
         tracking=TRACKING,
-        arm_looks=of_variant(lambda v: v.arm_looks),
+        arm_looks=from_variant(lambda v: v.arm_looks),
         code=code("plot_racing", task=True),
     script:
         "../scripts/plot_racing.py"

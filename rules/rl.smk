@@ -16,20 +16,20 @@ rule train_rl:
     resources:
         mem_mb=4000,
         runtime=240,
-        gpu=of_variant(lambda v: gpus(v.config["rl"]["device"])),
+        gpu=from_variant(lambda v: gpus(v.config["rl"]["device"])),
         # speed and robustness only: envs stepped together in the held-out evaluations, env
         # steps between resumable checkpoints, the time limit on each env call (task.timeout_s)
-        eval_envs=of_variant(lambda v: v.evaluate.n_envs),
-        checkpoint_every=of_variant(lambda v: v.config["rl"]["checkpoint_every"]),
-        timeout_ms=of_variant(lambda v: v.timeout_ms),
+        eval_envs=from_variant(lambda v: v.evaluate.n_envs),
+        checkpoint_every=from_variant(lambda v: v.config["rl"]["checkpoint_every"]),
+        timeout_ms=from_variant(lambda v: v.timeout_ms),
     params:
         tracking=TRACKING,
-        task=of_variant(lambda v: v.env),
-        policy=of_variant(lambda v: v.config["policy"]),
+        task=from_variant(lambda v: v.env),
+        policy=from_variant(lambda v: v.config["policy"]),
         rl=rl_params,
-        eval_episodes=of_variant(lambda v: v.evaluate.during_training),
-        seed=of_variant(lambda v: v.config["seed"]),
-        clip_obs=of_variant(lambda v: v.config["bc"]["clip_obs"]),
+        eval_episodes=from_variant(lambda v: v.evaluate.during_training),
+        seed=from_variant(lambda v: v.config["seed"]),
+        clip_obs=from_variant(lambda v: v.config["bc"]["clip_obs"]),
         # resumable state lives beside the outputs, not as one: Snakemake must not delete it;
         # it records the run's key, and a run resumes only its own state
         state_dir=lambda wc: f"{names.RLRun(wc.init, int(wc.seed)).dir(wc.root)}/state",

@@ -15,7 +15,8 @@ job reruns on exactly what Snakemake compares (its params), and what a job reads
 config key in config/schema.yaml (``x-read-by``, checked against Snakemake's plan by
 tests/test_rerun_matrix.py). So a job of a variant whose config agrees with an earlier variant's
 (the base first) on every key that job and the jobs upstream of it read would compute the same
-bytes: it is that variant's job, not a new one (:class:`Sharing`). A variant of ``rl.*`` therefore reuses the base's demonstrations and clone.
+bytes: it is that variant's job, not a new one (:class:`Sharing`). A variant of ``rl.*``
+therefore reuses the base's demonstrations and clone.
 """
 
 from __future__ import annotations
