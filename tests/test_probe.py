@@ -13,7 +13,7 @@ import yaml
 from conftest import REPO, TEST_CONFIG, snakemake
 
 from demo2rl import config as config_lib
-from demo2rl import probe, tasks, vec_kinds
+from demo2rl import probe, tasks, variants, vec_kinds
 from demo2rl.config import ConfigError
 
 TESTS = Path(__file__).parent
@@ -173,12 +173,21 @@ def test_the_probe_rejects_a_bad_task_naming_the_key(case):
         assert text in str(caught.value)
 
 
+OVERLAYS = {"offpolicy-pixels.yaml": "pixels.yaml", "offpolicy-classic.yaml": "pendulum.yaml"}
+"""The shipped configs that are layered over another (``--configfile base overlay``)."""
+
+
 @pytest.mark.parametrize(
     "config",
     sorted(p.name for p in (REPO / "config").glob("*.yaml") if p.name != "schema.yaml"),
 )
 def test_the_shipped_tasks_pass_the_probe(config):
-    full = config_lib.load(REPO / "config" / config)
+    """Every shipped config, an overlay layered over the config its header names."""
+    raw = yaml.safe_load((REPO / "config" / config).read_text())
+    if config in OVERLAYS:
+        base = yaml.safe_load((REPO / "config" / OVERLAYS[config]).read_text())
+        raw = variants.merge(base, raw)
+    full = config_lib.load(raw)
     found = probe.probe_task(full)
     assert found.observation_space.shape and found.seconds > 0
     assert found.images == ("pixels" in config)
