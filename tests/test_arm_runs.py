@@ -17,7 +17,7 @@ from mlflow.tracking import MlflowClient
 from demo2rl import arms, names, tracking
 from demo2rl.config import TrackingConfig
 from demo2rl.stages import summarize
-from demo2rl.tracking import ui
+from demo2rl.tracking import lineage, ui
 from demo2rl.tracking.arms import ARM_FILTER, VIEW_TAG
 
 LENIENT = TrackingConfig(enabled=True, fail_on_error=False)
@@ -120,7 +120,7 @@ def arm_runs(root: Path, view: ViewType = ViewType.ACTIVE_ONLY) -> list:
 
 def producers(paths: list[Path]) -> list[str]:
     """The run ids recorded beside ``paths`` (their lineage sidecars)."""
-    return [json.loads(tracking.sidecar_path(p).read_text())["run_id"] for p in paths]
+    return [json.loads(lineage.sidecar_path(p).read_text())["run_id"] for p in paths]
 
 
 def test_arm_runs_hold_the_summary_figures_curve_and_seed_runs(store: Path):

@@ -21,6 +21,7 @@ from conftest import BIN, TEST_CONFIG, isolated_tracking_env, snakemake_call
 
 from demo2rl import tracking
 from demo2rl.config import TrackingConfig
+from demo2rl.tracking import store
 
 pytestmark = pytest.mark.integration
 
@@ -142,7 +143,7 @@ def test_store_lock_names_its_holder_and_a_waiting_start_goes_on_when_it_is_free
     try:
         assert holder.stdout.readline().strip() == "held"
         monkeypatch.setattr("demo2rl.tracking.store.STORE_LOCK_WAIT_S", 0.5)
-        with pytest.raises(tracking.StoreBusy) as caught:
+        with pytest.raises(store.StoreBusy) as caught:
             tracking.start_workflow("waiting", {"experiment": "waiting"}, lenient, results)
         message = str(caught.value)
         assert f"MLflow store {results.resolve() / 'mlflow.db'}" in message

@@ -26,6 +26,7 @@ from mlflow.exceptions import MlflowException
 
 from demo2rl import dataset, tracking
 from demo2rl.config import TrackingConfig
+from demo2rl.tracking import lineage, store
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("mlflow-server")]
 CONFIG = yaml.safe_load(TEST_CONFIG.read_text())
@@ -382,7 +383,7 @@ def test_server_outage_mid_run_loses_no_training(
     progress = pd.read_csv(out_dir / "progress.csv")
     assert [m["step"] for m in history] == progress["time/total_timesteps"].tolist()
     assert progress["time/total_timesteps"].iloc[-1] == 32768
-    assert tracking.sidecar_path(out_dir / "policy.pt").is_file()
+    assert lineage.sidecar_path(out_dir / "policy.pt").is_file()
 
 
 STEP_LINE = re.compile(r"^\d\d:\d\d:\d\d INFO demo2rl\.rl: step \d+/", re.MULTILINE)
@@ -535,7 +536,7 @@ def test_a_deleted_experiment_the_user_cannot_restore_is_an_error_naming_it(
         MLFLOW_TRACKING_USERNAME=ALICE[0],
         MLFLOW_TRACKING_PASSWORD=ALICE[1],
     )
-    with pytest.raises(tracking.ExperimentDeleted) as caught:
+    with pytest.raises(store.ExperimentDeleted) as caught:
         tracking.start_workflow(
             "admins", {"experiment": "admins"}, TrackingConfig(enabled=True, fail_on_error=False)
         )

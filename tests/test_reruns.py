@@ -59,7 +59,7 @@ from conftest import REPO, TEST_CONFIG, copy_run, snakemake, untracked
 from demo2rl import dataset
 from demo2rl.arms import BUILTIN as ARMS
 from demo2rl.arms import get as get_arm
-from demo2rl.tracking import sidecar_path
+from demo2rl.tracking.lineage import sidecar_path
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 CONFIG = yaml.safe_load(TEST_CONFIG.read_text())

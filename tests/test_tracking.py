@@ -26,7 +26,8 @@ from stable_baselines3.common.logger import Logger
 
 from demo2rl import config, provenance, rl, stages, tracking
 from demo2rl.config import TrackingConfig
-from demo2rl.tracking import outbox
+from demo2rl.tracking import lineage, outbox
+from demo2rl.tracking import store as tracking_store
 
 
 @pytest.fixture(scope="module")
@@ -198,7 +199,7 @@ def test_consumers_tag_the_runs_that_produced_their_inputs(env: Path, tmp_path: 
     )
     assert client().get_run(bc.run_id).data.tags["demo2rl.upstream.merge"] == merge.run_id
     # the record lies beside the output, never in it
-    record = json.loads(tracking.sidecar_path(merged).read_text())
+    record = json.loads(lineage.sidecar_path(merged).read_text())
     assert record == {
         "run_id": merge.run_id,
         "stage": "merge",
@@ -210,7 +211,7 @@ def test_consumers_tag_the_runs_that_produced_their_inputs(env: Path, tmp_path: 
     with pytest.raises(RuntimeError), job("merge-demos", stage="merge", outputs=[merged]) as bad:
         raise RuntimeError("job failed")
     assert client().get_run(bad.run_id).info.status == "FAILED"
-    assert not tracking.sidecar_path(merged).exists()
+    assert not lineage.sidecar_path(merged).exists()
 
 
 def test_unusable_store_is_retried_and_nothing_is_lost(
@@ -270,7 +271,7 @@ def test_unreachable_server_never_stops_the_job(
     assert out.read_bytes() == b"trained"
     assert "training continues" in caplog.text and "giving up on" in caplog.text
     assert run.run_id is None and run.outbox.dropped == 22  # create, 20 metric rows, terminate
-    assert not tracking.sidecar_path(out).exists()
+    assert not lineage.sidecar_path(out).exists()
 
 
 def test_fail_on_error_makes_an_unreachable_server_fatal(monkeypatch: pytest.MonkeyPatch):
@@ -315,7 +316,7 @@ def test_a_job_without_tracking_never_imports_mlflow(tmp_path):
     the lineage record of the outputs' previous producer all the same."""
     out = tmp_path / "out.h5"
     out.write_bytes(b"")
-    tracking.sidecar_path(out).write_text("{}")
+    lineage.sidecar_path(out).write_text("{}")
     code = (
         "import pkgutil, sys, demo2rl.jobs, demo2rl.stages as s\n"
         "for m in pkgutil.iter_modules(s.__path__): __import__(f'{s.__name__}.{m.name}')\n"
@@ -329,7 +330,7 @@ def test_a_job_without_tracking_never_imports_mlflow(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "False"
-    assert not tracking.sidecar_path(out).exists()
+    assert not lineage.sidecar_path(out).exists()
 
 
 def test_settings_are_importable_without_mlflow():
@@ -354,13 +355,13 @@ def start(experiment: str, store: Path) -> str:
 
 
 def kind(experiment: str) -> str | None:
-    return client().get_experiment_by_name(experiment).tags.get(tracking.EXPERIMENT_KIND_TAG)
+    return client().get_experiment_by_name(experiment).tags.get(tracking_store.EXPERIMENT_KIND_TAG)
 
 
 def test_experiments_are_marked_as_model_training(env: Path):
     """MLflow 3's UI opens an experiment without this tag in its GenAI (traces) view."""
-    assert tracking.EXPERIMENT_KIND_TAG == "mlflow.experimentKind"
-    assert tracking.MODEL_TRAINING_KIND == "custom_model_development"
+    assert tracking_store.EXPERIMENT_KIND_TAG == "mlflow.experimentKind"
+    assert tracking_store.MODEL_TRAINING_KIND == "custom_model_development"
     assert kind("unit") == "custom_model_development"  # created by the workflow
     # one that exists without the tag (an older workflow's), or with the UI's guess, gets it
     client().create_experiment("untagged")

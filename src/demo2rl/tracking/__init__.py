@@ -16,7 +16,9 @@ child run per job. The modules, each with one job:
 ``ui``        the links to that view that ``make ui`` prints;
 ``untracked`` the run of a job with ``tracking.enabled: false``, which does nothing.
 
-The names below are the package's interface; callers import them from ``demo2rl.tracking``.
+The names below are the package's interface to the workflow (the stages, scripts and rules
+import them from ``demo2rl.tracking``); everything else is reached through its module
+(``demo2rl.tracking.store``, ``.lineage``, ...).
 Each is imported from its module on first use (PEP 562): importing MLflow and opening its
 SQLite store take about 3 s, which a job without tracking, or a process that only needs
 ``lineage``, never pays.
@@ -28,94 +30,36 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from demo2rl.tracking.lineage import (
-        forget_producer,
-        record_producer,
-        sidecar_path,
-        upstream_runs,
-    )
-    from demo2rl.tracking.outbox import Outbox, RunMissing
-    from demo2rl.tracking.run import PARENT_ENV, Run, flatten
-    from demo2rl.tracking.store import (
-        EXPERIMENT_KIND_TAG,
-        MODEL_TRAINING_KIND,
-        ExperimentDeleted,
-        StoreBusy,
-        configure_http,
-        default_tracking_uri,
-        ensure_active,
-        ensure_experiment,
-        is_permanent,
-        lock_store,
-        mark_model_training,
-        tracking_uri,
-    )
+    from demo2rl.tracking.outbox import Outbox
+    from demo2rl.tracking.run import PARENT_ENV, Run
+    from demo2rl.tracking.store import default_tracking_uri, tracking_uri
     from demo2rl.tracking.untracked import Untracked, untracked_run
-    from demo2rl.tracking.workflow import (
-        child_run,
-        end_workflow,
-        provenance_tags,
-        start_workflow,
-    )
+    from demo2rl.tracking.workflow import child_run, end_workflow, start_workflow
 
 __all__ = [
-    "EXPERIMENT_KIND_TAG",
-    "MODEL_TRAINING_KIND",
     "PARENT_ENV",
-    "ExperimentDeleted",
     "Outbox",
     "Run",
-    "RunMissing",
-    "StoreBusy",
     "Untracked",
     "child_run",
-    "configure_http",
     "default_tracking_uri",
     "end_workflow",
-    "ensure_active",
-    "ensure_experiment",
-    "flatten",
-    "forget_producer",
-    "is_permanent",
-    "lock_store",
-    "mark_model_training",
-    "provenance_tags",
-    "record_producer",
-    "sidecar_path",
     "start_workflow",
     "tracking_uri",
     "untracked_run",
-    "upstream_runs",
 ]
 
 _HOME = {
-    "EXPERIMENT_KIND_TAG": "store",
-    "ExperimentDeleted": "store",
-    "MODEL_TRAINING_KIND": "store",
     "Outbox": "outbox",
     "PARENT_ENV": "run",
     "Run": "run",
-    "RunMissing": "outbox",
-    "StoreBusy": "store",
     "Untracked": "untracked",
     "child_run": "workflow",
-    "configure_http": "store",
     "default_tracking_uri": "store",
     "end_workflow": "workflow",
-    "ensure_active": "store",
-    "ensure_experiment": "store",
-    "flatten": "run",
-    "forget_producer": "lineage",
-    "is_permanent": "store",
-    "lock_store": "store",
-    "mark_model_training": "store",
-    "provenance_tags": "workflow",
-    "record_producer": "lineage",
-    "sidecar_path": "lineage",
     "start_workflow": "workflow",
     "tracking_uri": "store",
     "untracked_run": "untracked",
-    "upstream_runs": "lineage",
 }
 """Each name of the interface -> the module that defines it."""
 
