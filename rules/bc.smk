@@ -15,7 +15,7 @@ rule train_bc:
     resources:
         mem_mb=8000,
         runtime=60,
-        gpu=from_variant(lambda v: gpus(v.config["bc"]["device"])),
+        gpu=from_variant(lambda v: v.gpus("bc")),
         # envs stepped together when clone and expert drive the held-out episodes: speed only
         eval_envs=from_variant(lambda v: v.evaluate.n_envs),
         # the time limit on each env or expert call (task.timeout_s): robustness only

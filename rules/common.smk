@@ -1,16 +1,17 @@
-# Shared by the rules: config checks, paths, wildcard constraints, code fingerprints, MLflow hooks.
+# Shared by the rules: the Plan (demo2rl.workflow), the calls into it, wildcard constraints and
+# the MLflow hooks.
 #
 # What each rule reruns on is exactly its params (the config it reads, and the fingerprint of
 # the code it runs). Settings that change speed only (envs stepped together, checkpoint spacing)
 # are `resources:` instead, which rerun nothing. config/schema.yaml says, per key, which rules
 # read it (`x-read-by`); tests/test_rerun_matrix.py checks that against Snakemake's plan.
-import functools
 import re
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
-from demo2rl import config as config_checks, groups, names, provenance
+from demo2rl import config as config_checks, names
+from demo2rl.tracking import hooks
 from demo2rl.workflow.plan import SUMMARY_FIGURES, RACING_FIGURES, Plan, PlanError
 
 SCHEMA = Path(workflow.basedir) / "config" / "schema.yaml"
@@ -59,7 +60,7 @@ def job_inputs(job):
 
 def rl_params(wildcards):
     """The rl slice a run of this arm reads (checkpoint_every is a resource instead)."""
-    return groups.arm_rl_config(job_variant(wildcards).config["rl"], wildcards.init)
+    return PLAN.rl_params(job_variant(wildcards), wildcards.init)
 
 
 def variant_labels(**labels):
@@ -67,24 +68,10 @@ def variant_labels(**labels):
     return lambda wildcards: {"variant": job_variant(wildcards).name, **labels}
 
 
-def gpus(device):
-    """The standard `gpu` resource: 1 when the config asks for a CUDA device."""
-    return 1 if str(device).startswith("cuda") else 0
-
-
-@functools.cache
-def fingerprint(stage, task_code):
-    return provenance.code_fingerprint(f"demo2rl.stages.{stage}", *task_code)
-
-
 def code(stage, task=False):
-    """Fingerprint of the code a rule runs (its stage module and what that imports; with
-    `task`, the task's env and expert too), a function of the job's variant; as a param, an
-    edit of that code reruns the rule.
-    """
-    return lambda wildcards: fingerprint(
-        stage, job_variant(wildcards).task_code if task else ()
-    )
+    """The fingerprint of the code of `stage` (Plan.code), as a param: editing that code reruns
+    the rule."""
+    return lambda wildcards: PLAN.code(stage, job_variant(wildcards) if task else None)
 
 
 def from_variant(get):
@@ -99,35 +86,15 @@ wildcard_constraints:
     seed=r"\d+",
 
 
-# MLflow: the store is created and the parent run started here, once, before any job (jobs
-# racing to create a SQLite store corrupt it); the jobs find both through the environment.
-# (demo2rl.tracking imports mlflow only when used, here: that takes seconds, and every job and
-# dry run parses this file.) With tracking.enabled false, nothing here touches MLflow.
-def start_tracking():
-    from demo2rl import tracking
-
-    if not TRACKING.enabled:
-        logger.info("MLflow tracking off (tracking.enabled: false)")
-        return
-    parent = tracking.start_workflow(config["experiment"], config, TRACKING)
-    if parent:
-        logger.info(f"MLflow: parent run {parent} in {tracking.tracking_uri()}")
-
-
-def end_tracking(success):
-    from demo2rl import tracking
-
-    if TRACKING.enabled:
-        tracking.end_workflow(success=success, settings=TRACKING)
-
-
+# MLflow: the store and this invocation's parent run, once, before any job; the jobs find both
+# through the environment (demo2rl.tracking.hooks; nothing touches MLflow with tracking off)
 onstart:
-    start_tracking()
+    hooks.on_start(config["experiment"], config, TRACKING, logger)
 
 
 onsuccess:
-    end_tracking(True)
+    hooks.on_end(True, TRACKING)
 
 
 onerror:
-    end_tracking(False)
+    hooks.on_end(False, TRACKING)

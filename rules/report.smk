@@ -62,9 +62,7 @@ rule summarize:
         # the RL run of each of the curves and progress tables, in their order
         curve_runs=from_variant(lambda v: [run.name for run in v.runs]),
         # env steps per run of each arm (its algorithm's budget)
-        budgets=from_variant(
-            lambda v: {arm: groups.arm_budget(v.config["rl"], arm) for arm in v.inits}
-        ),
+        budgets=from_variant(lambda v: v.budgets),
         arm_looks=from_variant(lambda v: v.arm_looks),
         # summary.md links to the figures
         figures=lambda wc: {

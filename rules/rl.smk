@@ -16,7 +16,7 @@ rule train_rl:
     resources:
         mem_mb=4000,
         runtime=240,
-        gpu=from_variant(lambda v: gpus(v.config["rl"]["device"])),
+        gpu=from_variant(lambda v: v.gpus("rl")),
         # speed and robustness only: envs stepped together in the held-out evaluations, env
         # steps between resumable checkpoints, the time limit on each env call (task.timeout_s)
         eval_envs=from_variant(lambda v: v.evaluate.n_envs),

@@ -132,6 +132,7 @@ MODULES: dict[str, list[str]] = {
     # cannot change a result: tracking, provenance records, job glue
     "demo2rl.tracking": [],
     "demo2rl.tracking.arms": [],
+    "demo2rl.tracking.hooks": [],
     "demo2rl.tracking.lineage": [],
     "demo2rl.tracking.outbox": [],
     "demo2rl.tracking.run": [],

@@ -29,6 +29,7 @@ RESULT_NEUTRAL = frozenset(
     {
         "demo2rl.tracking",
         "demo2rl.tracking.arms",
+        "demo2rl.tracking.hooks",
         "demo2rl.tracking.lineage",
         "demo2rl.tracking.outbox",
         "demo2rl.tracking.run",

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from demo2rl import arms, config, names, probe, tasks, variants, vec_kinds
+from demo2rl import arms, config, groups, names, probe, provenance, tasks, variants, vec_kinds
 from demo2rl.workflow import graph
 
 SCHEMA = Path(__file__).resolve().parents[3] / "config" / "schema.yaml"
@@ -34,6 +34,11 @@ RACING_FIGURES = {
 }
 """The figures of a variant's report, under its report directory (the racing ones only for the
 racing task)."""
+
+
+@functools.cache
+def _fingerprint(stage: str, task_code: tuple[str, ...]) -> str:
+    return provenance.code_fingerprint(f"demo2rl.stages.{stage}", *task_code)
 
 
 class PlanError(ValueError):
@@ -117,6 +122,8 @@ class Variant:
         self.inits: list[str] = cfg["rl"]["inits"]
         self.runs = names.rl_runs(self.inits, cfg["rl"]["seeds"])
         self.policies = names.policy_names(self.inits, cfg["rl"]["seeds"])
+        self.budgets = {arm: groups.arm_budget(cfg["rl"], arm) for arm in self.inits}
+        """Env steps per run of each arm (its algorithm's budget)."""
         self.arm_looks = {arm.name: [arm.label, arm.color] for arm in map(arms.get, self.inits)}
         """How tables and figures show each arm: a param of the rules that show them (code
         fingerprints leave labels and colours out, so that editing one retrains nothing)."""
@@ -137,6 +144,11 @@ class Variant:
         self.racing = cfg["task"]["env_id"].rpartition(":")[2] == "Racing-v0"
         self.report = f"{self.root}/report"
         """Its report directory."""
+
+    def gpus(self, section: str) -> int:
+        """The standard `gpu` resource of a job that trains on ``section``'s device (``bc``,
+        ``rl``): 1 when it is a CUDA device."""
+        return 1 if str(self.config[section]["device"]).startswith("cuda") else 0
 
 
 class Plan:
@@ -198,6 +210,17 @@ class Plan:
     def run_dir(self, variant: Variant, run: names.RLRun) -> str:
         """The directory of ``variant``'s RL run ``run``, where its owner writes it."""
         return run.dir(self.owner_root(variant, ("rl", run.arm, str(run.seed))))
+
+    def rl_params(self, variant: Variant, arm: str) -> dict[str, Any]:
+        """The ``rl`` slice a run of ``arm`` reads (its algorithm's and its own section; not
+        ``checkpoint_every``, a resource)."""
+        return groups.arm_rl_config(variant.config["rl"], arm)
+
+    @staticmethod
+    def code(stage: str, task_of: Variant | None = None) -> str:
+        """The fingerprint of the code ``stage`` runs: its module and what that imports, and
+        with ``task_of``, that variant's env and expert too."""
+        return _fingerprint(stage, task_of.task_code if task_of else ())
 
     def report_targets(self, variant: Variant) -> list[str]:
         """What ``variant``'s report is (the clone's loss plot is its clone's)."""
