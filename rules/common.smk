@@ -41,10 +41,6 @@ def job_variant(wildcards):
     return PLAN.at(wildcards.root)
 
 
-def demos_path(variant):
-    return PLAN.output(variant, ("demos",))
-
-
 def rl_run_dir(variant, run):
     return PLAN.run_dir(variant, run)
 

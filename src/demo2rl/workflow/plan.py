@@ -22,8 +22,6 @@ import yaml
 from demo2rl import arms, config, groups, names, probe, provenance, tasks, variants, vec_kinds
 from demo2rl.workflow import graph
 
-SCHEMA = Path(__file__).resolve().parents[3] / "config" / "schema.yaml"
-"""The config schema (the repository's config/schema.yaml)."""
 SUMMARY_FIGURES = {
     "curves_png": "plots/learning_curves.png",
     "returns_png": "plots/final_returns.png",
@@ -83,7 +81,7 @@ def resolve(name: str, cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def variant_configs(
-    base: Mapping[str, Any], leaves: Mapping[str, Mapping[str, Any]], schema: Path = SCHEMA
+    base: Mapping[str, Any], leaves: Mapping[str, Mapping[str, Any]], schema: Path = config.SCHEMA
 ) -> dict[str, dict[str, Any]]:
     """The base config (schema-validated already) and every variant's, each validated by the
     schema and resolved (:func:`resolve`), the base first."""
@@ -159,7 +157,7 @@ class Plan:
     :param schema: the config schema (its ``x-read-by`` says what each rule reads).
     """
 
-    def __init__(self, cfg: Mapping[str, Any], schema: Path = SCHEMA) -> None:
+    def __init__(self, cfg: Mapping[str, Any], schema: Path = config.SCHEMA) -> None:
         leaves = variants.schema_leaves(yaml.safe_load(Path(schema).read_text()))
         self.results = f"results/{cfg['experiment']}"
         """The experiment's results directory (the base variant's)."""
