@@ -25,12 +25,14 @@ from demo2rl import (
     bc_data,
     checkpoints,
     dataset,
+    observations,
     policy,
     rl,
     rollout,
     tasks,
     vec,
 )
+from demo2rl.observations import ObservationKind
 from demo2rl.stages import train_rl as train_rl_stage
 
 CAMERA = {"camera": 16, "camera_view": 40.0, "max_steps": 40}
@@ -62,21 +64,52 @@ def pixels(tmp_path_factory) -> tuple[Path, Path]:
         gym.spaces.Box(0, 255, (16, 16, 1), np.uint8),
         gym.spaces.Box(0, 255, (3, 32, 32), np.uint8),
         gym.spaces.Box(0, 255, (32, 3, 32), np.uint8),
+        gym.spaces.Box(0, 255, (8, 8, 8), np.uint8),
         gym.spaces.Box(0, 1, (16, 16, 3), np.uint8),
         gym.spaces.Box(0, 255, (16, 16, 3), np.float32),
         gym.spaces.Box(0, 255, (4, 16, 16, 3), np.uint8),
         gym.spaces.Box(-1, 1, (39,), np.float32),
+        gym.spaces.Discrete(3),
     ],
 )
 def test_image_classification_is_sb3s(space):
-    """tasks.image_layout (torch-free, for collection) says what SB3 will do with the space."""
-    sb3_image = is_image_space(space) and np.argmin(space.shape) != 1
-    assert (tasks.image_layout(space) is not None) == sb3_image == policy.is_image(space) or (
-        np.argmin(space.shape) == 1 and tasks.image_layout(space) is None
-    )
-    if sb3_image:
+    """ObservationKind (torch-free, for collection) says what SB3 will do with the space: its
+    ``sb3_image`` is SB3's test, and an image is one of those with its channels first or last."""
+    kind = ObservationKind.of(space)
+    assert kind.sb3_image == is_image_space(space)
+    assert kind.image == (is_image_space(space) and np.argmin(space.shape) != 1)
+    assert policy.is_image(space) == kind.image
+    if kind.image:
         want = "CHW" if is_image_space_channels_first(space) else "HWC"
-        assert tasks.image_layout(space) == want
+        assert kind.layout == want
+        assert kind.channels_last == (want == "HWC")
+
+
+@pytest.mark.parametrize(
+    ("space", "looks_like_image", "image_column"),
+    [
+        (gym.spaces.Box(0, 255, (16, 16, 3), np.uint8), True, True),
+        (gym.spaces.Box(0, 1, (16, 16, 3), np.uint8), True, True),
+        (gym.spaces.Box(0, 255, (16, 16), np.uint8), True, True),
+        (gym.spaces.Box(0, 255, (4, 16, 16, 3), np.uint8), True, True),
+        (gym.spaces.Box(0, 255, (16,), np.uint8), True, False),
+        (gym.spaces.Box(0, 255, (16, 16, 3), np.float32), True, False),
+        (gym.spaces.Box(0, 1, (16, 16), np.float32), False, False),
+        (gym.spaces.Box(-1, 1, (39,), np.float32), False, False),
+        (gym.spaces.Discrete(3), False, False),
+    ],
+)
+def test_the_probe_and_the_dataset_ask_looser_questions_than_image(
+    space, looks_like_image, image_column
+):
+    """What the probe explains as almost-images (a Box of 3 or more dimensions, or of uint8) and
+    what the dataset stores as image columns (uint8 rows of 2 or more dimensions) include every
+    image, and more; the dataset's rule reads a column's dtype and row shape alone."""
+    kind = ObservationKind.of(space)
+    assert kind.looks_like_image == looks_like_image
+    assert kind.image_column == image_column
+    assert observations.image_column(space.dtype, space.shape) == image_column
+    assert not kind.image or (kind.looks_like_image and kind.image_column)
 
 
 def test_frames_stack_identically_in_every_env_the_workflow_makes():

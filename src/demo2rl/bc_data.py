@@ -34,11 +34,11 @@ import torch
 
 from demo2rl import dataset
 from demo2rl.dataset import DatasetError, Demos
+from demo2rl.observations import ObservationKind
 from demo2rl.policy import (
     OBS_EPSILON,
     ObsNormalizer,
     ObsTransform,
-    is_image,
     obs_transform,
     scale_actions,
 )
@@ -113,7 +113,7 @@ class SplitDataset:
     @property
     def images(self) -> bool:
         """Whether the observations are images (kept uint8 all the way to the network)."""
-        return is_image(self.observation_space)
+        return ObservationKind.of(self.observation_space).image
 
     def normalizer(self, clip_obs: float) -> ObsTransform:
         """Normalisation fitted on the training split (from the dataset's stats when present);

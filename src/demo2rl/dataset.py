@@ -28,13 +28,14 @@ seeds, package versions, code revision and creation time, the ``codec`` of the i
 bit. Next observations are derived: within an episode they are the following row, and after its
 last step the episode's final observation.
 
-**Image observations** (uint8 rows of 2 or more dimensions, e.g. (48, 48, 1)):
-``/steps/observations`` and ``/episodes/final_observation`` are chunked along time,
-:data:`IMAGE_CHUNK_ROWS` whole frames a chunk, and compressed with the ``codec`` (:data:`CODECS`:
-gzip at :data:`GZIP_LEVEL`, lzf, or none; no shuffle filter). Read them in contiguous blocks of
-whole chunks: a single frame decodes its whole chunk. Every other column is stored uncompressed,
-in chunks of about :data:`CHUNK_BYTES`. The merged file of image observations holds action
-statistics only: image policies scale pixels by 1/255 and never normalise per pixel.
+**Image observations** (uint8 rows of 2 or more dimensions, e.g. (48, 48, 1): the rule of
+:func:`demo2rl.observations.image_column`): ``/steps/observations`` and
+``/episodes/final_observation`` are chunked along time, :data:`IMAGE_CHUNK_ROWS` whole frames a
+chunk, and compressed with the ``codec`` (:data:`CODECS`: gzip at :data:`GZIP_LEVEL`, lzf, or none;
+no shuffle filter). Read them in contiguous blocks of whole chunks: a single frame decodes its
+whole chunk. Every other column is stored uncompressed, in chunks of about :data:`CHUNK_BYTES`.
+The merged file of image observations holds action statistics only: image policies scale pixels
+by 1/255 and never normalise per pixel.
 docs/dataset.md has the measurements behind these choices.
 
 Memory: :func:`merge_files` (the merge stage) streams the shards into the merged file in blocks of
@@ -62,6 +63,7 @@ import h5py
 import numpy as np
 
 from demo2rl import io
+from demo2rl.observations import image_column
 
 FORMAT = "demo2rl-demos"
 FORMAT_VERSION = 1
@@ -248,11 +250,6 @@ def episode_attrs(
     }
 
 
-def is_image(dtype: Any, row_shape: Sequence[int]) -> bool:
-    """Whether a column of rows ``row_shape`` holds images: uint8, two or more dimensions."""
-    return np.dtype(dtype) == np.uint8 and len(row_shape) >= 2
-
-
 def content_hash(demos: Demos) -> str:
     """SHA-256 over the arrays and defining attributes (see the module docstring)."""
     groups = {"steps": demos.steps, "episodes": demos.episodes, "info": demos.info}
@@ -405,7 +402,7 @@ def _layout(name: str, shape: tuple[int, ...], dtype: Any, codec: str) -> dict[s
     (none for an empty column)."""
     if math.prod(shape) == 0:
         return {"chunks": None}
-    if name not in COMPRESSIBLE or not is_image(dtype, shape[1:]):
+    if name not in COMPRESSIBLE or not image_column(dtype, shape[1:]):
         return {"chunks": _chunks(shape, dtype)}
     layout: dict[str, Any] = {"chunks": (min(shape[0], IMAGE_CHUNK_ROWS), *shape[1:])}
     if codec == "gzip":
@@ -762,7 +759,7 @@ def statistics(demos: Demos, episode_rows: np.ndarray) -> dict[str, np.ndarray]:
     out = {}
     for name, key in (("obs", "observations"), ("act", "actions")):
         column = demos.steps[key]
-        if name == "act" or not is_image(column.dtype, column.shape[1:]):
+        if name == "act" or not image_column(column.dtype, column.shape[1:]):
             out |= _column_stats(name, column, rows)
     return out
 
@@ -772,7 +769,7 @@ def _file_statistics(f: h5py.File, rows: np.ndarray) -> dict[str, np.ndarray]:
     out = {}
     for name, key in (("obs", "observations"), ("act", "actions")):
         column = f["steps"][key]
-        if name == "act" or not is_image(column.dtype, column.shape[1:]):
+        if name == "act" or not image_column(column.dtype, column.shape[1:]):
             out |= _column_stats(name, column[()], rows)
     return out
 

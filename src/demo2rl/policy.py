@@ -43,7 +43,7 @@ from stable_baselines3.common.vec_env import VecTransposeImage
 from torch import nn
 
 from demo2rl.config import ConfigError, PolicyConfig
-from demo2rl.tasks import image_layout
+from demo2rl.observations import ObservationKind
 
 ObsTransform = Any
 """An observation transform: :class:`ObsNormalizer` (vectors) or :class:`ImageObs` (images);
@@ -65,8 +65,9 @@ ACTIVATIONS: dict[str, type[nn.Module]] = {
 
 def sb3_policy_kwargs(policy_cfg: PolicyConfig, observation_space: gym.Space) -> dict[str, Any]:
     """SB3 ``policy_kwargs`` for ``PPO("MlpPolicy", ...)`` from the ``policy`` config: for an
-    image observation space (:func:`is_image`) the image encoder ``policy.cnn`` as the features
-    extractor (what ``"CnnPolicy"`` is: the same ``ActorCriticPolicy`` with ``NatureCNN``)."""
+    image observation space (:attr:`ObservationKind.image`) the image encoder ``policy.cnn`` as the
+    features extractor (what ``"CnnPolicy"`` is: the same ``ActorCriticPolicy`` with
+    ``NatureCNN``)."""
     if policy_cfg.activation not in ACTIVATIONS:
         raise ConfigError(
             "policy.activation",
@@ -78,7 +79,7 @@ def sb3_policy_kwargs(policy_cfg: PolicyConfig, observation_space: gym.Space) ->
         "log_std_init": policy_cfg.log_std_init,
         "ortho_init": policy_cfg.ortho_init,
     }
-    if is_image(observation_space):
+    if ObservationKind.of(observation_space).image:
         if policy_cfg.cnn not in ENCODERS:
             raise ConfigError(
                 "policy.cnn", f"unknown image encoder {policy_cfg.cnn!r} (choose from {ENCODERS})"
@@ -92,17 +93,16 @@ def sb3_policy_kwargs(policy_cfg: PolicyConfig, observation_space: gym.Space) ->
 
 
 def is_image(space: gym.Space) -> bool:
-    """Whether the network reads ``space`` as images: :func:`demo2rl.tasks.image_layout`, the
-    test stable-baselines3 applies (a 3-D uint8 Box with bounds exactly 0 and 255, channels on
-    the smallest axis), so that BC, PPO and evaluation agree with what SB3 does to the env
-    (``VecTransposeImage``, scaling by 1/255)."""
-    return image_layout(space) is not None
+    """Whether the network reads ``space`` as images
+    (:attr:`demo2rl.observations.ObservationKind.image`), so that BC, PPO and evaluation agree
+    with what SB3 does to the env (``VecTransposeImage``, scaling by 1/255)."""
+    return ObservationKind.of(space).image
 
 
 def policy_observation_space(space: gym.Space) -> gym.Space:
     """The observation space the network reads: a channels-last image transposed to
     channels-first (as SB3's ``VecTransposeImage`` does before PPO), any other as it is."""
-    if image_layout(space) == "HWC":
+    if ObservationKind.of(space).channels_last:
         assert isinstance(space, gym.spaces.Box)
         return VecTransposeImage.transpose_space(space)
     return space
@@ -163,8 +163,9 @@ def obs_transform(
 ) -> ObsTransform:
     """The observation transform of a task: :class:`ImageObs` for images, else the frozen
     normalisation with a dataset's training-split statistics (:meth:`ObsNormalizer.of_stats`)."""
-    if is_image(space):
-        return ImageObs(channels_last=image_layout(space) == "HWC")
+    kind = ObservationKind.of(space)
+    if kind.image:
+        return ImageObs(channels_last=kind.channels_last)
     if stats is None or "obs_mean" not in stats:
         raise ValueError("vector observations need the dataset's observation statistics")
     return ObsNormalizer.of_stats(stats, clip_obs, space.shape)
@@ -389,7 +390,7 @@ def sac_policy_kwargs(spec: Mapping[str, Any], observation_space: gym.Space) -> 
         "n_critics": int(spec["n_critics"]),
         "critic_layer_norm": bool(spec["critic_layer_norm"]),
     }
-    if is_image(observation_space):
+    if ObservationKind.of(observation_space).image:
         kwargs["features_extractor_class"] = ENCODERS[spec["cnn"]]
     return kwargs
 

@@ -28,6 +28,7 @@ from gymnasium.vector import AutoresetMode
 
 from demo2rl import arms, deadline, rollout, tasks, vec_kinds
 from demo2rl.config import ConfigError
+from demo2rl.observations import ObservationKind
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ class Probe:
     @property
     def images(self) -> bool:
         """Whether the policy reads images (a CNN encoder, no observation normalisation)."""
-        return tasks.image_layout(self.observation_space) is not None
+        return ObservationKind.of(self.observation_space).image
 
 
 def probe_task(config: Mapping[str, Any]) -> Probe:
@@ -143,11 +144,11 @@ def _probe_episodes(steps: int) -> str:
 
 def check_observation_space(space: gym.Space, env_id: str) -> None:
     """The observations are one of the two kinds the policy reads: a numeric vector ``Box`` (any
-    shape, flattened by the MLP), or images (``tasks.image_layout``: uint8 in [0, 255], HxWxC
+    shape, flattened by the MLP), or images (``ObservationKind.image``: uint8 in [0, 255], HxWxC
     or CxHxW, read by a CNN). What looks like images but is not one of these, and images mixed
     with vectors in a ``Dict``, fail here, saying what to do."""
     if isinstance(space, gym.spaces.Dict):
-        images = [k for k, sub in space.spaces.items() if _looks_like_image(sub)]
+        images = [k for k, sub in space.spaces.items() if ObservationKind.of(sub).looks_like_image]
         if images:
             others = ", ".join(k for k in space.spaces if k != images[0])
             raise ConfigError(
@@ -168,7 +169,8 @@ def check_observation_space(space: gym.Space, env_id: str) -> None:
         raise ConfigError(
             "task.env_id", f"{env_id!r} has observation space {space}: not supported (empty)"
         )
-    if tasks.image_layout(space) is not None or not _looks_like_image(space):
+    kind = ObservationKind.of(space)
+    if kind.image or not kind.looks_like_image:
         return
     shape = "x".join(map(str, space.shape))
     if space.dtype != np.uint8:
@@ -196,14 +198,9 @@ def check_observation_space(space: gym.Space, env_id: str) -> None:
     raise ConfigError("task.env_id", f"{env_id!r} observes {problem}")
 
 
-def _looks_like_image(space: gym.Space) -> bool:
-    """A Box of 3 or more dimensions, or of uint8: what a camera gives, in any layout."""
-    return isinstance(space, gym.spaces.Box) and (len(space.shape) >= 3 or space.dtype == np.uint8)
-
-
 def check_encoder(space: gym.Space, cnn: str) -> None:
     """Frames large enough for the image encoder ``policy.cnn`` (nothing to check for vectors)."""
-    layout = tasks.image_layout(space)
+    layout = ObservationKind.of(space).layout
     if layout is None:
         return
     from demo2rl.policy import MIN_FRAME  # deferred: torch is imported only for image tasks

@@ -18,6 +18,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 import demo2rl.envs  # noqa: F401  (registers Racing-v0)
+from demo2rl.observations import Layout, ObservationKind
 
 PolicyFn = Callable[[np.ndarray], np.ndarray]
 """Any batched policy as a function, observations ``(B, *obs_shape)`` in, actions
@@ -95,20 +96,6 @@ def spaces(
     return env.observation_space, env.action_space
 
 
-def image_layout(space: gym.Space) -> str | None:
-    """``"HWC"`` or ``"CHW"`` for an image space, else None. An image is what stable-baselines3
-    takes for one (``preprocessing.is_image_space``): a 3-D uint8 Box with bounds exactly 0 and
-    255, its channels on the smallest axis (first or last; the middle one SB3 cannot tell, and
-    neither can this). Kept free of torch so that collection need not import it; a test checks
-    that it agrees with SB3's."""
-    if not isinstance(space, gym.spaces.Box) or len(space.shape) != 3 or space.dtype != np.uint8:
-        return None
-    if np.any(space.low != 0) or np.any(space.high != 255):
-        return None
-    smallest = int(np.argmin(space.shape))
-    return "CHW" if smallest == 0 else "HWC" if smallest == 2 else None
-
-
 def stack_frames(env: gym.Env, n: int) -> gym.Env:
     """The last ``n`` observations as one: gymnasium's ``FrameStackObservation`` (the first
     observation of an episode repeated until there are ``n``), with the stack merged into the
@@ -121,15 +108,14 @@ def stack_frames(env: gym.Env, n: int) -> gym.Env:
     if not isinstance(space, gym.spaces.Box):
         raise TaskError(f"task.frame_stack: cannot stack observations of {space}")
     stacked = gym.wrappers.FrameStackObservation(env, n)
-    layout = image_layout(space)
-    merge = functools.partial(_merge_stack, layout=layout)
+    merge = functools.partial(_merge_stack, layout=ObservationKind.of(space).layout)
     low, high = merge(stacked.observation_space.low), merge(stacked.observation_space.high)
     return gym.wrappers.TransformObservation(
         stacked, merge, gym.spaces.Box(low, high, low.shape, space.dtype)
     )
 
 
-def _merge_stack(obs: np.ndarray, layout: str | None) -> np.ndarray:
+def _merge_stack(obs: np.ndarray, layout: Layout | None) -> np.ndarray:
     """``(n, *shape)`` stacked observations as one observation (see :func:`stack_frames`)."""
     obs = np.asarray(obs)
     n = obs.shape[0]

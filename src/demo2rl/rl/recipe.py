@@ -25,12 +25,12 @@ import numpy as np
 import torch
 from stable_baselines3 import PPO
 from stable_baselines3.common.policies import ActorCriticPolicy
-from stable_baselines3.common.preprocessing import is_image_space
 from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper, VecNormalize
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvObs, VecEnvStepReturn
 
 from demo2rl import arms, dataset, guidance, policy, vec
 from demo2rl.config import ConfigError, PolicyConfig, RLConfig, TaskConfig, gradient_steps
+from demo2rl.observations import ObservationKind
 from demo2rl.rl import replay, sac
 
 # --------------------------------------------------------------------------------------------
@@ -188,7 +188,9 @@ class Start:
                 "demo_fraction": demo_fraction,
                 "n_steps": cfg.n_steps,
                 "gamma": cfg.gamma,
-                "augment": cfg.augment if is_image_space(self.env.observation_space) else 0,
+                "augment": (
+                    cfg.augment if ObservationKind.of(self.env.observation_space).sb3_image else 0
+                ),
             },
             policy_kwargs=policy.sac_policy_kwargs(
                 sac_spec(self.policy_cfg, cfg), self.env.observation_space
@@ -398,7 +400,7 @@ class GuidedPPO(PPO):
         """SB3's advice to train an MLP policy on the CPU, for an MLP policy alone: SB3 tells
         the two apart by the policy's class, and ours is one class for both (its features
         extractor is a CNN for images), so SB3 alone would warn of a CNN on the GPU too."""
-        if not is_image_space(self.observation_space):
+        if not ObservationKind.of(self.observation_space).sb3_image:
             super()._maybe_recommend_cpu(mlp_class_name)
 
     def train(self) -> None:
