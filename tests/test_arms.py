@@ -168,10 +168,11 @@ def test_a_toy_arm_runs_through_the_trainer_and_the_summary(toy_arm, cartpole, t
     cfg = RL_CFG | {"vec_env": "auto", "total_timesteps": 512, "eval_every": 512}
     records = []
     obs_space, act_space = tasks.spaces(*CARTPOLE)
+    task = configs.task(*CARTPOLE)
     heldout = evaluation.heldout_seeds(0, 4)
 
     def record(name: str, actor) -> dict:
-        result = evaluation.final_evaluation(*CARTPOLE, actor, heldout, n_envs=4)
+        result = evaluation.evaluate(task, actor, heldout, n_envs=4, final=True)
         return {"policy": name, "episodes": {k: list(v) for k, v in result.episodes.items()}}
 
     for arm in ("toy", "scratch"):
@@ -258,7 +259,7 @@ def test_discrete_residual_starts_at_the_clone_and_trains_only_the_correction(ca
     assert torch.equal(trained["base.4.bias"], clone.action_net.bias)
     assert not torch.equal(trained["action_net.weight"], model.policy.action_net.weight)
     clone_return = evaluation.evaluate(
-        *CARTPOLE,
+        configs.task(*CARTPOLE),
         acting.make_actor(clone, normalizer, act_space),
         evaluation.heldout_seeds(0, 4),
         n_envs=4,

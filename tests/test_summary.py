@@ -9,6 +9,7 @@ import json
 import re
 from pathlib import Path
 
+import configs
 import mlflow
 import numpy as np
 import pandas as pd
@@ -424,7 +425,8 @@ def test_step_means_are_means_over_each_episode_and_batch_independent():
 def test_final_evaluation_names_the_racing_metrics_and_replays_exactly():
     expert = tasks.load_expert("demo2rl.experts.racing:pure_pursuit", {"margin": 0.65})
     eval_seeds = evaluation.heldout_seeds(3, 4)
-    ev = evaluation.final_evaluation("Racing-v0", RACING_KW, expert, eval_seeds, n_envs=3)
+    task = configs.task("Racing-v0", RACING_KW)
+    ev = evaluation.evaluate(task, expert, eval_seeds, n_envs=3, final=True)
     assert {"seed", "return", "length", "lap_time", "avg_speed", "off_track_rate"} <= set(
         ev.episodes
     )
@@ -440,9 +442,8 @@ def test_final_evaluation_names_the_racing_metrics_and_replays_exactly():
 
 def test_generic_tasks_have_no_racing_metrics():
     expert = tasks.load_expert("demo2rl.experts.classic:mountain_car")
-    ev = evaluation.final_evaluation(
-        "MountainCarContinuous-v0", {}, expert, evaluation.heldout_seeds(0, 2), n_envs=2
-    )
+    task = configs.task("MountainCarContinuous-v0")
+    ev = evaluation.evaluate(task, expert, evaluation.heldout_seeds(0, 2), n_envs=2, final=True)
     assert set(ev.episodes) == {"seed", "return", "length"}
 
 

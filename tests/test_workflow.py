@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import configs
 import h5py
 import mlflow
 import numpy as np
@@ -267,8 +268,7 @@ def test_camera_config_runs_end_to_end_on_compressed_frames(tmp_path: Path):
     expert = json.loads((out / "eval" / "expert.json").read_text())
     heldout = evaluation.heldout_seeds(spec["seed"], spec["evaluate"]["episodes"])
     state_task = evaluation.evaluate(
-        "Racing-v0",
-        {"max_steps": 40},
+        configs.task("Racing-v0", {"max_steps": 40}),
         tasks.load_expert(spec["task"]["expert"]["entry_point"]),
         heldout,
         n_envs=4,

@@ -1,19 +1,22 @@
 """Evaluating policies on held-out episodes (seeds no stage trained on).
 
-The quick checks during training (:func:`evaluate`) and the evaluate stage's final record
-(:func:`final_evaluation`) return the same :class:`Evaluation`; the final one adds what costs
-extra to collect.
+The quick checks during training and the evaluate stage's final record are one call,
+:func:`evaluate` (``final`` for the record), and return the same :class:`Evaluation`; the final
+one adds what costs extra to collect.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from demo2rl import rollout, seeds, tasks
+
+if TYPE_CHECKING:
+    from demo2rl.config import TaskConfig
 
 TASK_METRICS: dict[str, str] = {
     "lap_time": "info.lap_time",  # s, time of the first lap; NaN when no lap was completed
@@ -37,8 +40,8 @@ def tuning_seeds(base_seed: int, n_episodes: int) -> list[int]:
 
 @dataclasses.dataclass
 class Evaluation:
-    """A policy's held-out evaluation: :func:`evaluate` (quick, the checks during training) and
-    :func:`final_evaluation` (the evaluate stage's record) both return one."""
+    """A policy's held-out evaluation (:func:`evaluate`): quick, for the checks during
+    training, or ``final``, the evaluate stage's record."""
 
     episodes: dict[str, np.ndarray]
     """Per episode: ``seed``, ``return``, ``length`` and those of the task's
@@ -67,64 +70,36 @@ class Evaluation:
 
 
 def evaluate(
-    env_id: str,
-    env_kwargs: Mapping[str, Any],
+    task: TaskConfig,
     policy: tasks.PolicyFn,
     episode_seeds: Sequence[int],
     *,
     n_envs: int,
-    frame_stack: int = 1,
     policy_input: str = rollout.OBSERVATION,
-    max_episode_steps: int | None = None,
-    timeout_s: float | None = None,
+    final: bool = False,
 ) -> Evaluation:
-    """Run one episode per held-out seed, for a check during training: the per-episode metrics
-    and the info values at the end, without what costs extra (step means, actions).
-    ``frame_stack``, ``policy_input``, ``max_episode_steps`` (``task.max_episode_steps``) and
-    ``timeout_s`` (``task.timeout_s``) as in :func:`demo2rl.rollout.run_episodes`."""
-    _, episodes, info = rollout.run_episodes(
-        env_id,
-        env_kwargs,
-        policy,
-        list(episode_seeds),
-        n_envs=n_envs,
-        frame_stack=frame_stack,
-        policy_input=policy_input,
-        keep_observations=False,
-        max_episode_steps=max_episode_steps,
-        timeout_s=timeout_s,
-    )
-    return _evaluation(episodes, info)
+    """Run ``policy`` for one episode per held-out seed of ``task`` (its env, ``frame_stack``,
+    ``max_episode_steps`` and ``timeout_s``, as :func:`demo2rl.rollout.run_episodes` takes
+    them); ``policy_input`` is what the policy reads (``task.expert.input`` for the expert).
 
-
-def final_evaluation(
-    env_id: str,
-    env_kwargs: Mapping[str, Any],
-    policy: tasks.PolicyFn,
-    episode_seeds: Sequence[int],
-    *,
-    n_envs: int,
-    frame_stack: int = 1,
-    policy_input: str = rollout.OBSERVATION,
-    max_episode_steps: int | None = None,
-    timeout_s: float | None = None,
-) -> Evaluation:
-    """Run one episode per held-out seed, for the evaluate stage's record: :func:`evaluate`'s
-    metrics plus the info values' step means (and the metrics made of them, e.g. ``avg_speed``)
-    and the first episode's actions (the keywords as in :func:`evaluate`)."""
+    A check during training takes the per-episode metrics and the info values at the end. The
+    evaluate stage's record (``final``) adds what costs extra: the info values' step means (and
+    the metrics made of them, e.g. ``avg_speed``) and the first episode's actions."""
     steps, episodes, info = rollout.run_episodes(
-        env_id,
-        env_kwargs,
+        task.env_id,
+        task.env_kwargs,
         policy,
         list(episode_seeds),
         n_envs=n_envs,
-        step_means=True,
-        frame_stack=frame_stack,
+        step_means=final,
+        frame_stack=task.frame_stack,
         policy_input=policy_input,
         keep_observations=False,
-        max_episode_steps=max_episode_steps,
-        timeout_s=timeout_s,
+        max_episode_steps=task.max_episode_steps,
+        timeout_s=task.timeout_s,
     )
+    if not final:
+        return _evaluation(episodes, info)
     start, length = int(episodes["start"][0]), int(episodes["length"][0])
     return _evaluation(episodes, info, np.asarray(steps["actions"][start : start + length]))
 

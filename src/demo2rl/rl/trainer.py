@@ -138,16 +138,7 @@ def train_rl(
 
         def evaluate() -> dict[str, float]:
             actor = acting.make_actor(model.policy, normalizer, act_space)
-            result = evaluation.evaluate(
-                task.env_id,
-                task.env_kwargs,
-                actor,
-                eval_seeds,
-                n_envs=job.eval_envs,
-                frame_stack=task.frame_stack,
-                max_episode_steps=task.max_episode_steps,
-                timeout_s=task.timeout_s,
-            )
+            result = evaluation.evaluate(task, actor, eval_seeds, n_envs=job.eval_envs)
             return result.info_means()
 
         schedule = Schedule(

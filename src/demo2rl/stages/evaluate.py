@@ -78,16 +78,8 @@ def evaluate_policy(
         }
     track_seeds = evaluation.heldout_seeds(seed, episodes)
     start = time.perf_counter()
-    result = evaluation.final_evaluation(
-        env_id,
-        env_kwargs,
-        actor,
-        track_seeds,
-        n_envs=n_envs,
-        frame_stack=task.frame_stack,
-        policy_input=reads,
-        max_episode_steps=task.max_episode_steps,
-        timeout_s=task.timeout_s,
+    result = evaluation.evaluate(
+        task, actor, track_seeds, n_envs=n_envs, policy_input=reads, final=True
     )
     seconds = time.perf_counter() - start
     means = result.means()

@@ -91,15 +91,9 @@ def train_bc(job: BCJob, run: Run) -> dict[str, Any]:
     assert task.expert is not None, "the comparison needs the task's expert"
     expert = tasks.load_expert(task.expert.entry_point, task.expert.kwargs)
     heldout = evaluation.heldout_seeds(seed, job.eval_episodes)
-    env = {
-        "n_envs": job.eval_envs,
-        "frame_stack": task.frame_stack,
-        "max_episode_steps": task.max_episode_steps,
-        "timeout_s": task.timeout_s,
-    }
-    bc_eval = evaluation.evaluate(task.env_id, task.env_kwargs, actor, heldout, **env).means()
+    bc_eval = evaluation.evaluate(task, actor, heldout, n_envs=job.eval_envs).means()
     expert_eval = evaluation.evaluate(
-        task.env_id, task.env_kwargs, expert, heldout, policy_input=task.expert.input, **env
+        task, expert, heldout, n_envs=job.eval_envs, policy_input=task.expert.input
     ).means()
     metrics = {
         "best_epoch": result.best_epoch,
