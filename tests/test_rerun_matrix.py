@@ -1,17 +1,20 @@
 """The rerun matrix: which jobs every config key and every library module reruns, checked against
 Snakemake's own plan for each, one change at a time, on a finished run of the test config.
 
-The declaration a reader can see:
+What a change should rerun, as a reader can see it:
 
 * config keys: ``x-read-by`` on every leaf key of config/schema.yaml (rules whose params hold it);
-* library modules: :data:`MODULES` below (rules whose code fingerprint covers the module).
+* library modules: the modules themselves, their imports and their declarations about their
+  fingerprint (:data:`demo2rl.provenance.DECLARATIONS`), from which :data:`MODULES` derives the
+  rules whose code fingerprint covers each module.
 
-From a declaration the test derives the expected jobs: the declared readers' jobs (a selector
-``rule[wildcard=value]`` names only those jobs), the jobs that did not exist before the change
-(a new seed, a new experiment), and every job downstream of either in the changed workflow.
-Snakemake's plan is ``snakemake --detailed-summary``: per output its rule, inputs and whether an
-update is pending (the same decision a dry run prints; one case checks that they agree). A key or
-a module without a declaration fails the test, so ones added later are covered automatically.
+From that the test derives the expected jobs: the readers' jobs (a selector ``rule[wildcard=value]``
+names only those jobs), the jobs that did not exist before the change (a new seed, a new
+experiment), and every job downstream of either in the changed workflow. Snakemake's plan is
+``snakemake --detailed-summary``: per output its rule, inputs and whether an update is pending (the
+same decision a dry run prints; one case checks that they agree). A key without ``x-read-by``
+fails the test, and every module of the library has a case, so ones added later are covered
+automatically.
 
 A module's case is planned by Snakemake for one module of each set of rules whose code
 fingerprints cover it (a statement appended to that module in a copy of the library): that plan
@@ -70,82 +73,6 @@ RULES = (
     "compare_variants",
     "plot_variants",
 )
-TASK = ["collect_shard", "merge_demos", "train_bc", "train_rl", "evaluate", "plot_racing"]
-"""Rules that step the task's env (merge_demos through demo2rl.collect)."""
-TRAINING = ["train_bc", "train_rl", "evaluate"]
-"""Rules that build, train or load the policy network."""
-
-MODULES: dict[str, list[str]] = {
-    "demo2rl": list(RULES),
-    "demo2rl.stages": list(RULES),
-    **{f"demo2rl.stages.{rule}": [rule] for rule in RULES},
-    "demo2rl.stages.compare_variants": ["compare_variants"],
-    "demo2rl.stages.plot_variants": ["plot_variants"],
-    "demo2rl.io": list(RULES),
-    "demo2rl.collect": ["collect_shard", "merge_demos"],
-    "demo2rl.rollout": TASK[:-1],
-    "demo2rl.deadline": TASK[:-1],  # through the rollouts (and RL's vec envs)
-    "demo2rl.seeds": TASK[:-1],
-    "demo2rl.dataset": TASK[:-1],
-    "demo2rl.tasks": TASK,
-    "demo2rl.envs": TASK,
-    "demo2rl.envs.racing": TASK,
-    "demo2rl.envs.tracks": TASK,
-    "demo2rl.envs.camera": TASK,
-    "demo2rl.envs.render": ["plot_racing"],  # the env draws only when asked to (deferred import)
-    "demo2rl.envs.replay": ["plot_racing"],
-    "demo2rl.envs.sb3": ["train_rl"],
-    "demo2rl.experts": ["collect_shard", "train_bc", "train_rl", "evaluate", "plot_racing"],
-    "demo2rl.experts.racing": ["collect_shard", "train_bc", "train_rl", "evaluate", "plot_racing"],
-    "demo2rl.experts.classic": [],  # not the test config's expert
-    "demo2rl.config": ["collect_shard", *TRAINING],  # the typed config sections
-    "demo2rl.policy": TRAINING,
-    "demo2rl.checkpoints": TRAINING,
-    "demo2rl.acting": TRAINING,
-    "demo2rl.guidance": ["train_rl"],
-    "demo2rl.evaluation": TRAINING,
-    "demo2rl.bc": ["train_bc"],
-    "demo2rl.augment": ["train_bc", "train_rl"],
-    "demo2rl.bc_data": ["train_bc"],
-    "demo2rl.jobspec": ["collect_shard", *TRAINING],  # through the typed config sections too
-    "demo2rl.rl": ["train_rl"],
-    "demo2rl.rl.job": ["train_rl"],
-    "demo2rl.rl.recipe": ["train_rl"],
-    "demo2rl.rl.replay": ["train_rl"],
-    "demo2rl.rl.sac": ["train_rl"],
-    "demo2rl.rl.position": ["train_rl"],
-    "demo2rl.rl.progress": ["train_rl"],
-    "demo2rl.rl.state": ["train_rl"],
-    "demo2rl.rl.trainer": ["train_rl"],
-    "demo2rl.vec": ["train_rl"],
-    "demo2rl.vec_kinds": ["train_rl"],
-    "demo2rl.probe": [],  # run when the workflow parses its config, by no job
-    "demo2rl.variants": [],  # the same
-    "demo2rl.workflow": [],  # the same: the plan and the job graph
-    "demo2rl.workflow.graph": [],
-    "demo2rl.workflow.plan": [],
-    "demo2rl.arms": ["train_rl", "evaluate", "summarize", "plot_summary", "plot_racing"],
-    "demo2rl.names": ["train_rl", "evaluate", "summarize", "plot_summary", "plot_racing"],
-    "demo2rl.groups": ["evaluate", "summarize", "plot_summary", "plot_racing"],
-    "demo2rl.summary": ["summarize"],
-    "demo2rl.plots": ["plot_bc", "plot_summary", "plot_racing", "plot_variants"],
-    # cannot change a result: tracking, provenance records, job glue
-    "demo2rl.tracking": [],
-    "demo2rl.tracking.arms": [],
-    "demo2rl.tracking.hooks": [],
-    "demo2rl.tracking.lineage": [],
-    "demo2rl.tracking.outbox": [],
-    "demo2rl.tracking.run": [],
-    "demo2rl.tracking.store": [],
-    "demo2rl.tracking.ui": [],
-    "demo2rl.tracking.untracked": [],
-    "demo2rl.tracking.workflow": [],
-    "demo2rl.provenance": [],
-    "demo2rl.jobs": [],
-    "demo2rl.locks": [],
-}
-"""Library module -> the rules whose code fingerprint covers it (with the test config's task)."""
-
 SPECIAL_VALUES: dict[str, Any] = {
     "experiment": "test-racing-renamed",
     "task.env_id": "demo2rl.envs:Racing-v0",  # the same env, registered by importing the module
@@ -214,16 +141,21 @@ def fingerprint_coverage(config: Mapping[str, Any]) -> dict[str, list[str]]:
     return {m: [r for r in RULES if m in hashed[r]] for m in library_modules()}
 
 
+MODULES = fingerprint_coverage(yaml.safe_load(TEST_CONFIG.read_text()))
+"""Library module -> the rules whose code fingerprint covers it, with the test config's task
+(every module of the library; ``[]`` for one that no rule's fingerprint covers, such as the
+tracking modules, which declare themselves ``RESULT_NEUTRAL``)."""
+
+
 SCHEMA_DOC = yaml.safe_load(SCHEMA.read_text())
 KEYS = dict(schema_leaves(SCHEMA_DOC))
 
 
-def test_every_key_and_module_is_declared():
+def test_every_key_is_declared_and_every_module_has_a_case():
     undeclared = [k for k, spec in KEYS.items() if "x-read-by" not in spec]
     assert not undeclared, f"config keys without x-read-by in {SCHEMA}: {undeclared}"
-    modules = library_modules()
-    assert sorted(set(modules) - set(MODULES)) == [], "modules missing from MODULES"
-    assert sorted(set(MODULES) - set(modules)) == [], "MODULES names modules that do not exist"
+    assert sorted(MODULES) == sorted(library_modules()), "a case for every module of the library"
+    assert MODULES["demo2rl.stages.train_rl"] == ["train_rl"]
     for key, spec in KEYS.items():
         for selector in spec["x-read-by"]:
             assert parse_selector(selector)[0] in RULES, f"{key}: unknown rule in {selector!r}"
@@ -436,8 +368,8 @@ def with_value(config: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def matrix(test_workflow: Path, tmp_path_factory) -> dict[str, dict[str, str]]:
-    """Run every case; returns {"keys": {key: Case}, "modules": {module: Case}, "coverage":
-    {planned module: Case of its coverage (declared) against its plan}}.
+    """Run every case; returns {"keys": {key: Case}, "modules": {module: Case}, "planned":
+    {module whose edit Snakemake planned: its Case}}.
 
     The plans are Snakemake's own (its command line), asked for in forks of a process that has
     imported Snakemake once (tests/warm_snakemake.py): a fresh process per plan would spend
@@ -475,9 +407,8 @@ def matrix(test_workflow: Path, tmp_path_factory) -> dict[str, dict[str, str]]:
             f"{r}[{','.join(f'{k}={v}' for k, v in (w | own).items())}]" for r, w in readers
         ]
         cases.append(("keys", case_key, path, env, selectors, []))
-    coverage = fingerprint_coverage(config)
     planned_by = {
-        m: next(n for n in coverage if coverage[n] == rules) for m, rules in coverage.items()
+        m: next(n for n in MODULES if MODULES[n] == rules) for m, rules in MODULES.items()
     }
     for module in dict.fromkeys(planned_by.values()):  # one module of each coverage
         src = root / f"src-{module}"
@@ -488,7 +419,7 @@ def matrix(test_workflow: Path, tmp_path_factory) -> dict[str, dict[str, str]]:
         with open(target, "a") as fh:  # a statement: changes the syntax tree, so the fingerprint
             fh.write("\n_rerun_matrix_probe = 1\n")
         case_env = {"PYTHONPATH": f"{src}{os.pathsep}{TESTS}"}
-        cases.append(("modules", module, base_config, case_env, MODULES.get(module, []), []))
+        cases.append(("modules", module, base_config, case_env, MODULES[module], []))
 
     with warm_pool() as pool:
         base_jobs_out, base_plan_out, *plan_outs = warm_snakemake.run_all(
@@ -512,27 +443,24 @@ def matrix(test_workflow: Path, tmp_path_factory) -> dict[str, dict[str, str]]:
         )
         dags |= {i: parse_jobs(proc) for i, proc in zip(new_jobs, procs, strict=True)}
 
-    found: dict[str, dict[str, Case]] = {"keys": {}, "modules": {}, "coverage": {}}
+    found: dict[str, dict[str, Case]] = {"keys": {}, "modules": {}, "planned": {}}
     pending: dict[str, set[str]] = {}  # a planned module's pending outputs
     for i, (kind, name, _, _, readers, keep) in enumerate(cases):
         dag = dags[i]
         want = expected(dag, readers, base, keep)
         got = {out for out, row in plans[i].items() if row["pending"]}
-        if kind == "modules":
-            pending[name] = got
-            # the coverage that groups the modules is what an edit does in Snakemake's plan
-            model = expected(dag, coverage[name], base)
-            described = rules_of(dag, model, base), rules_of(dag, got, base)
-            found["coverage"][name] = Case(*described, sorted(model - got), sorted(got - model))
         described = rules_of(dag, want, base), rules_of(dag, got, base)
         found[kind][name] = Case(*described, sorted(want - got), sorted(got - want))
+        if kind == "modules":
+            pending[name] = got
+            found["planned"][name] = found[kind][name]
     # the other modules: the plan of the planned module with the same coverage
     for module, planned in planned_by.items():
         if module != planned:
-            want, got = expected(base_dag, MODULES.get(module, []), base), pending[planned]
+            want, got = expected(base_dag, MODULES[module], base), pending[planned]
             described = rules_of(base_dag, want, base), rules_of(base_dag, got, base)
             found["modules"][module] = Case(*described, sorted(want - got), sorted(got - want))
-    found["modules"] = {m: found["modules"][m] for m in coverage}  # the modules' order
+    found["modules"] = {m: found["modules"][m] for m in MODULES}  # the modules' order
     return found
 
 
@@ -565,11 +493,12 @@ def test_every_module_reruns_what_it_declares(matrix):
 
 
 def test_the_modules_sharing_a_plan_are_those_an_edit_treats_alike(matrix):
-    """For each planned module, the rules whose fingerprints cover it (the grouping of the
-    other modules' cases) rerun in Snakemake's plan exactly what an edit of it reruns."""
-    wrong = {m: c for m, c in matrix["coverage"].items() if c.missing or c.extra}
+    """Each planned module's edit reruns in Snakemake's plan exactly what the rules whose
+    fingerprints cover it (the grouping of the other modules' cases) and their downstream jobs
+    are; one plan serves many modules."""
+    wrong = {m: c for m, c in matrix["planned"].items() if c.missing or c.extra}
     assert not wrong, "\n".join(f"{m}:\n{c}" for m, c in wrong.items())
-    assert len(matrix["coverage"]) < len(matrix["modules"]) / 2, "a plan per module"
+    assert len(matrix["planned"]) < len(matrix["modules"]) / 2, "a plan per module"
 
 
 def test_speed_only_settings_and_tracking_rerun_nothing(matrix):

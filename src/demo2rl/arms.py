@@ -33,6 +33,11 @@ from typing import Any
 
 from demo2rl.names import rl_group
 
+PRESENTATION_KEYWORDS = {"label", "color"}
+"""An arm's label and colour only say how results are shown: the code fingerprints leave these
+keyword arguments out, so that editing one retrains nothing; the rules that show them take them as
+params instead (``Variant.arm_looks``, :mod:`demo2rl.workflow.plan`), which reruns exactly those."""
+
 CONTROL = "scratch"
 """The headline control every demo arm is also compared with: PPO without the demonstrations."""
 
@@ -63,7 +68,7 @@ class Arm:
         compared with (what the demonstrations add); None for a control itself.
 
     The label and the colour only say how results are shown: the code fingerprints leave them
-    out (:data:`demo2rl.provenance.PRESENTATION`), and the rules that draw or tabulate take them
+    out (:data:`PRESENTATION_KEYWORDS`), and the rules that draw or tabulate take them
     as params, so editing one redraws and retabulates, and retrains nothing.
     """
 

@@ -45,6 +45,12 @@ from torch import nn
 from demo2rl.config import ConfigError, PolicyConfig
 from demo2rl.observations import ObservationKind
 
+UNFINGERPRINTED_IMPORTS = {
+    "demo2rl.rl.sac": "build_sac_policy loads a trained SAC checkpoint's network for acting; the "
+    "rl package's training code changes no clone, and a SAC policy's result is fingerprinted by "
+    "train_rl, which trained it",
+}
+
 ObsTransform = Any
 """An observation transform: :class:`ObsNormalizer` (vectors) or :class:`ImageObs` (images);
 both are called on a batch of raw observations and have ``to_dict``."""

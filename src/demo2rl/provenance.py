@@ -14,6 +14,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
+RESULT_NEUTRAL = True
+"""Recording where a result came from cannot change it: no code fingerprint covers this
+module."""
+
 PACKAGES = (
     "demo2rl",
     "numpy",
@@ -25,29 +29,25 @@ PACKAGES = (
     "snakemake",
 )
 _SRC = Path(__file__).resolve().parent
-RESULT_NEUTRAL = frozenset(
-    {
-        "demo2rl.tracking",
-        "demo2rl.tracking.arms",
-        "demo2rl.tracking.hooks",
-        "demo2rl.tracking.lineage",
-        "demo2rl.tracking.outbox",
-        "demo2rl.tracking.run",
-        "demo2rl.tracking.store",
-        "demo2rl.tracking.ui",
-        "demo2rl.tracking.untracked",
-        "demo2rl.tracking.workflow",
-        "demo2rl.provenance",
-        "demo2rl.jobs",
-        "demo2rl.locks",
-    }
-)
-"""Modules that cannot change a result (tracking, provenance records, locks): not
-fingerprinted."""
-PRESENTATION = {"demo2rl.arms": frozenset({"label", "color"})}
-"""Keyword arguments, per module, that only say how a result is shown (an arm's label and colour):
-left out of every fingerprint, so that editing one reruns no training. The rules that show them
-take them as params instead (``ARM_LOOKS`` in rules/common.smk), which reruns exactly those."""
+DECLARATIONS = ("RESULT_NEUTRAL", "UNFINGERPRINTED_IMPORTS", "PRESENTATION_KEYWORDS")
+"""The names of the statements a module makes about its own fingerprint, each a literal
+assigned at module level (read from the parsed file, never by importing it):
+
+* ``RESULT_NEUTRAL = True``: the module cannot change a result (tracking, provenance records,
+  locks); no fingerprint covers it, and none follows its imports.
+* ``UNFINGERPRINTED_IMPORTS = {"package.module": "why", ...}``: modules it imports (wherever the
+  import sits) that no fingerprint follows from it, each with the reason they cannot change what
+  the rules running it compute (the racing env's renderer: drawing only).
+* ``PRESENTATION_KEYWORDS = {"keyword", ...}``: keyword arguments of the module's calls that only
+  say how a result is shown (an arm's label and colour); left out of the hashed source.
+
+The statements themselves (and an attribute docstring after one) are left out of the hashed
+source: adding one changes no fingerprint but by what it declares."""
+
+
+class DeclarationError(ValueError):
+    """A module's declaration about its fingerprint that cannot be applied: not a literal of the
+    declared shape, or naming a module it does not import or a keyword it does not pass."""
 
 
 def versions() -> dict[str, str]:
@@ -97,26 +97,32 @@ def code_modules(*modules: str) -> dict[str, Path]:
     Followed, transitively, within the top-level package of each starting module (demo2rl, or a
     user's package named by a task or expert entry point):
 
-    * imports at module level (including those in class bodies);
+    * imports, wherever they sit (module level, class bodies, function bodies);
     * ``"package.module:Name"`` string constants (gymnasium entry points register envs by name).
 
-    Not followed: imports inside a function (a deferred import marks code the module does not
-    need for its results, such as the racing env's renderer), ``if TYPE_CHECKING:`` imports,
-    :data:`RESULT_NEUTRAL` modules, and modules installed in site-packages (their versions are
-    recorded by :func:`versions`).
+    Not followed: ``if TYPE_CHECKING:`` imports, what a module declares it does not need for its
+    results (``UNFINGERPRINTED_IMPORTS``, :data:`DECLARATIONS`), modules that declare themselves
+    ``RESULT_NEUTRAL``, and modules installed in site-packages (their versions are recorded by
+    :func:`versions`).
+
+    :raises DeclarationError: a module's declaration is malformed or names what it does not
+        import (so that a declaration cannot outlive its import).
     """
     seen: dict[str, Path] = {}
     roots = {m.partition(".")[0] for m in modules}
     todo = list(modules)
     while todo:
         name = todo.pop()
-        if name in seen or name in RESULT_NEUTRAL or name.partition(".")[0] not in roots:
+        if name in seen or name.partition(".")[0] not in roots:
             continue
         path = _module_path(name)
         if path is None:
             continue
+        parsed = _parsed(path, name)
+        if parsed.neutral:
+            continue
         seen[name] = path
-        todo.extend(_parsed(path, name).dependencies)
+        todo.extend(parsed.dependencies)
         if "." in name:  # importing a.b.c runs a/__init__.py and a/b/__init__.py first
             todo.append(name.rpartition(".")[0])
     return seen
@@ -146,10 +152,11 @@ _ENTRY_POINT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*
 
 
 def _dependencies(tree: ast.Module, module: str, is_package: bool) -> list[str]:
-    """Modules imported at module level, and modules named by entry-point strings."""
+    """Modules imported anywhere but under ``if TYPE_CHECKING:``, and modules named by
+    entry-point strings."""
     package = module if is_package else module.rpartition(".")[0]
     found = []
-    for node in _module_level(tree.body):
+    for node in _runtime_nodes(tree):
         if isinstance(node, ast.Import):
             found += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -168,26 +175,26 @@ def _dependencies(tree: ast.Module, module: str, is_package: bool) -> list[str]:
     return found
 
 
-def _module_level(body: list[ast.stmt]) -> Iterator[ast.stmt]:
-    """The statements that run on import: not function bodies, not ``if TYPE_CHECKING:``."""
-    for node in body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+def _runtime_nodes(node: ast.AST) -> Iterator[ast.AST]:
+    """The nodes under ``node`` that can run: all but the body of ``if TYPE_CHECKING:``."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+            for inner in child.orelse:
+                yield inner
+                yield from _runtime_nodes(inner)
             continue
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            yield from _module_level(node.orelse)
-            continue
-        yield node
-        for field in ("body", "orelse", "finalbody", "handlers"):
-            inner = getattr(node, field, None)
-            if isinstance(inner, list):
-                yield from _module_level([n for n in inner if isinstance(n, ast.AST)])
+        yield child
+        yield from _runtime_nodes(child)
 
 
 class _Parsed(NamedTuple):
     source: str
-    """The syntax tree without docstrings, as text: what the fingerprint hashes."""
+    """The syntax tree without docstrings and declarations, as text: what the fingerprint
+    hashes."""
     dependencies: tuple[str, ...]
     """What :func:`code_modules` follows from the module."""
+    neutral: bool
+    """Whether the module declares itself ``RESULT_NEUTRAL``."""
 
 
 def _parsed(path: Path, name: str) -> _Parsed:
@@ -204,19 +211,101 @@ def _cached_parse(path: Path, name: str, mtime_ns: int, size: int) -> _Parsed:
 
 def _parse(text: str, path: Path, name: str) -> _Parsed:
     tree = ast.parse(text, filename=str(path))
-    dependencies = tuple(_dependencies(tree, name, is_package=path.name == "__init__.py"))
+    declared = _declarations(tree, path)
+    neutral = declared.get("RESULT_NEUTRAL", False)
+    if not isinstance(neutral, bool):
+        raise DeclarationError(f"{path}: RESULT_NEUTRAL is {neutral!r}, not True or False")
+    unfollowed = _unfollowed(declared.get("UNFINGERPRINTED_IMPORTS", {}), path)
+    shown_only = _shown_only(declared.get("PRESENTATION_KEYWORDS", set()), path)
+    dependencies = []
+    unused = set(unfollowed)
+    for dependency in _dependencies(tree, name, is_package=path.name == "__init__.py"):
+        covering = {m for m in unfollowed if dependency == m or dependency.startswith(f"{m}.")}
+        unused -= covering
+        if not covering:
+            dependencies.append(dependency)
+    if unused:
+        raise DeclarationError(
+            f"{path}: UNFINGERPRINTED_IMPORTS names {', '.join(sorted(unused))}, which {name} "
+            "does not import"
+        )
     for node in ast.walk(tree):  # docstrings do not count
         body = getattr(node, "body", None)
-        if (
-            isinstance(body, list)
-            and body
-            and isinstance(body[0], ast.Expr)
-            and isinstance(body[0].value, ast.Constant)
-            and isinstance(body[0].value.value, str)
-        ):
+        if isinstance(body, list) and body and _is_string(body[0]):
             node.body = body[1:] or [ast.Pass()]
-    shown_only = PRESENTATION.get(name, frozenset())
+    unpassed = set(shown_only)
     for node in ast.walk(tree):
         if shown_only and isinstance(node, ast.Call):
+            unpassed -= {k.arg for k in node.keywords}
             node.keywords = [k for k in node.keywords if k.arg not in shown_only]
-    return _Parsed(ast.dump(tree, include_attributes=False), dependencies)
+    if unpassed:
+        raise DeclarationError(
+            f"{path}: PRESENTATION_KEYWORDS names {', '.join(sorted(unpassed))}, which no call "
+            f"in {name} passes"
+        )
+    return _Parsed(ast.dump(tree, include_attributes=False), tuple(dependencies), neutral)
+
+
+def _declarations(tree: ast.Module, path: Path) -> dict[str, object]:
+    """The module's :data:`DECLARATIONS`, by name, each a literal; their statements (and the
+    attribute docstring after each) are taken out of ``tree``."""
+    found: dict[str, object] = {}
+    kept: list[ast.stmt] = []
+    declared = False  # the statement before is a declaration
+    for node in tree.body:
+        if declared and _is_string(node):  # its docstring
+            declared = False
+            continue
+        assigned = _assignment(node)
+        declared = assigned is not None and assigned[0] in DECLARATIONS
+        if not declared:
+            kept.append(node)
+            continue
+        target, value = assigned
+        try:
+            found[target] = ast.literal_eval(value)
+        except (ValueError, TypeError):
+            raise DeclarationError(
+                f"{path}: {target} is not a literal: {ast.unparse(value)}"
+            ) from None
+    tree.body = kept
+    return found
+
+
+def _assignment(node: ast.stmt) -> tuple[str, ast.expr] | None:
+    """(name, value) of a ``NAME = value`` or ``NAME: type = value`` statement."""
+    if isinstance(node, ast.Assign) and len(node.targets) == 1:
+        target, value = node.targets[0], node.value
+    elif isinstance(node, ast.AnnAssign) and node.value is not None:
+        target, value = node.target, node.value
+    else:
+        return None
+    return (target.id, value) if isinstance(target, ast.Name) else None
+
+
+def _is_string(node: ast.stmt) -> bool:
+    return (
+        isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+    )
+
+
+def _unfollowed(value: object, path: Path) -> dict[str, str]:
+    """``UNFINGERPRINTED_IMPORTS``, checked: module name -> a reason."""
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) and v.strip() for k, v in value.items()
+    ):
+        raise DeclarationError(
+            f"{path}: UNFINGERPRINTED_IMPORTS is not a dict of module names to reasons"
+        )
+    return value
+
+
+def _shown_only(value: object, path: Path) -> frozenset[str]:
+    """``PRESENTATION_KEYWORDS``, checked: keyword argument names."""
+    if not isinstance(value, (set, frozenset, tuple, list)) or not all(
+        isinstance(k, str) for k in value
+    ):
+        raise DeclarationError(f"{path}: PRESENTATION_KEYWORDS is not a set of keyword names")
+    return frozenset(value)

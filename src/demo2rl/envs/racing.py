@@ -52,6 +52,12 @@ from demo2rl.envs.camera import Camera, camera_space, check_camera
 from demo2rl.envs.tracks import HALF_WIDTH, MIN_RADIUS_FACTOR, N_POINTS, TRACK_RADIUS, Track
 from demo2rl.envs.tracks import make_track as _make_track
 
+UNFINGERPRINTED_IMPORTS = {
+    "demo2rl.envs.render": "drawing only (RacingCore.render): no observation, reward or info "
+    "comes from it, so editing it reruns none of the rules that step this env; the racing "
+    "report, which draws with it, imports it itself",
+}
+
 # fixed physics / observation constants (not env kwargs)
 DT = 0.1  # s per step (render_fps = 10)
 WHEELBASE = 2.5  # m
@@ -399,8 +405,8 @@ class RacingCore:
         track = self.tracks[i]
         if track is None:
             raise RuntimeError("reset() before render()")
-        # deferred: drawing cannot change a result, so the renderer stays out of the code
-        # fingerprint of the rules that step this env (see demo2rl.provenance.code_modules)
+        # deferred: only drawing loads the renderer (and PIL); no code fingerprint follows this
+        # import (UNFINGERPRINTED_IMPORTS above)
         from demo2rl.envs.render import render_camera, render_rgb
 
         img = render_rgb(track, self.x[i], self.y[i], self.yaw[i], size=size)

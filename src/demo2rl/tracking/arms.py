@@ -29,6 +29,9 @@ from demo2rl.names import BASE_VARIANT
 from demo2rl.tracking.lineage import ids_tag, upstream_runs
 from demo2rl.tracking.run import PARENT_ENV, Run
 
+RESULT_NEUTRAL = True
+"""Tracking cannot change a result: no code fingerprint covers this module."""
+
 STAGE_TAG = "demo2rl.stage"
 ARM_STAGE = "arm"
 ARM_TAG = "demo2rl.arm"

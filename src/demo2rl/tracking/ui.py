@@ -26,6 +26,9 @@ from pathlib import Path
 from demo2rl.tracking.arms import ARM_FILTER, ORDER_BY, VIEW_KEY, VIEW_TAG
 from demo2rl.tracking.store import default_tracking_uri, sqlite_path
 
+RESULT_NEUTRAL = True
+"""Tracking cannot change a result: no code fingerprint covers this module."""
+
 MODEL_TRAINING = {"workflowType": "machine_learning"}
 """The address parameter that opens the UI's model-training view (not the GenAI one)."""
 

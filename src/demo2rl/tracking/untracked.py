@@ -10,6 +10,9 @@ from typing import Any
 
 from demo2rl.tracking.lineage import forget_producer
 
+RESULT_NEUTRAL = True
+"""Tracking cannot change a result: no code fingerprint covers this module."""
+
 
 class Untracked:
     """Stands in for :class:`~demo2rl.tracking.run.Run`, with the methods the stages call."""
