@@ -2,10 +2,16 @@
 
 Each episode's trajectory depends only on its seed and the policy, not on the batch size or on
 the slot it ran in; episodes come back in the order of their seeds.
+
+:func:`run_episodes` has two parts, each readable alone: the scheduler (:class:`_Slots`, which
+slot of the batch runs which episode, and :func:`_batch_steps`, which steps the batch, with the
+checks and time limits) and the layout of the results (:class:`_Results`, the per-step rows and
+the per-episode tables and info).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -69,117 +75,21 @@ def run_episodes(
     env = tasks.make_vector_env(
         env_id, env_kwargs, batch, AutoresetMode.DISABLED, frame_stack, max_episode_steps
     )
-    cap = tasks.episode_cap(env_id, env_kwargs, max_episode_steps)
-    read = policy_reader(policy_input, env_id)
-    space = env.single_action_space
-    slot_episode = np.arange(batch)  # episode (position in episode_seeds) in each slot; -1: idle
-    slot_step = np.zeros(batch, np.int64)  # steps taken in each slot's episode
-    next_episode = batch
     ids = list(range(n)) if episode_ids is None else [int(i) for i in episode_ids]
-
-    def check_finite(values: np.ndarray, what: str, slots: np.ndarray | None = None) -> None:
-        slots = slot_episode >= 0 if slots is None else slots
-        _check_finite(values, what, env_id, slots, slot_episode, slot_step, ids, episode_seeds)
-
-    def limit(what: str, slots: np.ndarray | None = None) -> Any:
-        """``what`` (a call of the env or the expert) under ``timeout_s``; ``slots`` (a mask):
-        the episodes it runs, for the message (default: every running one)."""
-
-        def where() -> str:
-            mask = slot_episode >= 0 if slots is None else slots & (slot_episode >= 0)
-            running = np.flatnonzero(mask)
-            return _describe_episodes(running, slot_episode, slot_step, ids, episode_seeds)
-
-        return deadline.limit(timeout_s, what, where)
-
-    env_what = f"the env {env_id!r}:"
-    expert_what = f"the expert {_callable_name(policy)}"
-    with limit(f"{env_what} reset"):
-        obs, info = env.reset(seed=[int(s) for s in episode_seeds[:batch]])
-    inputs = read(obs, info, "at reset")
-    rows: dict[str, list[np.ndarray]] = {k: [] for k in (*dataset.STEP_KEYS, "episode")}
-    final_obs = np.zeros((n, *env.single_observation_space.shape), obs.dtype)
-    info_end: dict[str, np.ndarray] = {}
-    step_sums: dict[str, np.ndarray] = {}
-    step_counts: dict[str, np.ndarray] = {}
-    done_count = 0
-    while done_count < n:
-        check_finite(obs, "observation")
-        with limit(expert_what):
-            actions = tasks.checked_actions(policy, inputs, space)
-        with limit(f"{env_what} step"):
-            next_obs, rewards, terminated, truncated, info = env.step(actions)
-        slot_step += 1
-        if cap is not None:  # as gymnasium's TimeLimit, also for a task's own batched env
-            truncated = truncated | (slot_step >= cap)
-        check_finite(rewards, "reward")
-        for key, value in zip(
-            (*dataset.STEP_KEYS, "episode"),
-            (obs, actions, rewards, terminated, truncated, slot_episode),
-            strict=True,
-        ):
-            if key != "observations" or keep_observations:
-                rows[key].append(np.array(value, copy=True))
-        if step_means:
-            _accumulate_info(step_sums, step_counts, info, slot_episode, n)
-        ended = terminated | truncated  # idle slots end episodes too: they must be reset
-        if not ended.any():
-            obs, inputs = next_obs, read(next_obs, info, "after a step")
-            continue
-        done = ended & (slot_episode >= 0)
-        finished = slot_episode[done]
-        if len(finished):
-            check_finite(next_obs, "observation", done)  # final observations
-            final_obs[finished] = next_obs[done]
-            _record_info(info_end, info, done, finished, n)
-            done_count += len(finished)
-            if on_progress:
-                on_progress(done_count, n)
-        # refill finished slots with the next episodes; slots with nothing left go idle
-        reset_seeds: list[int | None] = [None] * batch
-        for slot in np.flatnonzero(done):
-            if next_episode < n:
-                slot_episode[slot] = next_episode
-                reset_seeds[slot] = int(episode_seeds[next_episode])
-                next_episode += 1
-            else:
-                slot_episode[slot] = -1
-        reset_mask = ended
-        slot_step[reset_mask] = 0
-        step_inputs = read(next_obs, info, "after a step")
-        with limit(f"{env_what} reset", reset_mask):
-            obs, info = env.reset(seed=reset_seeds, options={"reset_mask": reset_mask})
-        obs = np.where(reset_mask.reshape(-1, *[1] * (obs.ndim - 1)), obs, next_obs)
-        inputs = read(obs, info, "at reset")
-        inputs = np.where(reset_mask.reshape(-1, *[1] * (inputs.ndim - 1)), inputs, step_inputs)
+    slots = _Slots(env_id, episode_seeds, ids, batch)
+    results = _Results(n, env.single_observation_space.shape, keep_observations, step_means)
+    for step in _batch_steps(
+        env,
+        slots,
+        policy,
+        policy_reader(policy_input, env_id),
+        cap=tasks.episode_cap(env_id, env_kwargs, max_episode_steps),
+        timeout_s=timeout_s,
+        on_progress=on_progress,
+    ):
+        results.add(step)
     env.close()
-    for key, total in step_sums.items():
-        with np.errstate(invalid="ignore", divide="ignore"):
-            info_end[f"{key}.mean"] = total / step_counts[key]
-
-    episode_of_row = np.concatenate(rows.pop("episode"))
-    keep = np.flatnonzero(episode_of_row >= 0)
-    order = keep[np.argsort(episode_of_row[keep], kind="stable")]
-    steps = {k: np.concatenate(v)[order] for k, v in rows.items() if v}
-    steps["terminated"] = steps["terminated"].astype(bool)
-    steps["truncated"] = steps["truncated"].astype(bool)
-    steps["rewards"] = steps["rewards"].astype(np.float64)
-    lengths = np.bincount(episode_of_row[keep], minlength=n).astype(np.int64)
-    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-    returns = np.array(
-        [
-            dataset.episode_return(steps["rewards"][s : s + k])
-            for s, k in zip(starts, lengths, strict=True)
-        ]
-    )
-    episodes = {
-        "seed": np.asarray(episode_seeds, dtype=np.int64),
-        "start": starts,
-        "length": lengths,
-        "return": returns,
-        "final_observation": final_obs,
-    }
-    return steps, episodes, info_end
+    return results.tables(episode_seeds)
 
 
 def policy_reader(
@@ -207,6 +117,166 @@ def policy_reader(
     return read
 
 
+# --------------------------------------------------------------------------------------------
+# the scheduler: which slot of the batch runs which episode, stepping the batch
+
+
+class _Slots:
+    """Which episode each env slot of the batch runs (its position in the seeds; -1: idle) and
+    the steps it has taken in it. Slot ``s`` starts episode ``s``; a slot whose episode ends
+    takes the next episode not yet started, in the order of the seeds, or goes idle when none is
+    left. An episode depends only on its seed, so the slot it runs in changes nothing. Errors
+    and timeouts name the episodes by their ``ids`` (and seeds)."""
+
+    def __init__(self, env_id: str, seeds: Sequence[int], ids: Sequence[int], batch: int) -> None:
+        self.env_id = env_id
+        self.seeds = seeds
+        self.ids = ids
+        self.episode = np.arange(batch)  # per slot: the episode it runs; -1: idle
+        self.step = np.zeros(batch, np.int64)  # per slot: steps taken in its episode
+        self.next_episode = batch  # the first episode not yet started
+
+    def running(self) -> np.ndarray:
+        """The slots that run an episode (a mask)."""
+        return self.episode >= 0
+
+    def first_seeds(self) -> list[int]:
+        """The seeds of the episodes the slots start with, one per slot."""
+        return [int(s) for s in self.seeds[: len(self.episode)]]
+
+    def refill(self, done: np.ndarray) -> list[int | None]:
+        """Give each slot of ``done`` (a mask: slots whose episode ended) the next episode, or
+        leave it idle when none is left; returns each slot's reset seed (None: a slot not given
+        a new episode)."""
+        reset_seeds: list[int | None] = [None] * len(self.episode)
+        for slot in np.flatnonzero(done):
+            if self.next_episode < len(self.seeds):
+                self.episode[slot] = self.next_episode
+                reset_seeds[slot] = int(self.seeds[self.next_episode])
+                self.next_episode += 1
+            else:
+                self.episode[slot] = -1
+        return reset_seeds
+
+    def describe(self, slots: np.ndarray | None = None, most: int = 8) -> str:
+        """The running episodes of ``slots`` (a mask; default: every running one), for a
+        timeout's message: number (in ``ids``), seed and steps taken."""
+        mask = self.running() if slots is None else slots & self.running()
+        parts = [
+            f"{self.ids[self.episode[s]]} (seed {int(self.seeds[self.episode[s]])}, "
+            f"after {int(self.step[s])} steps)"
+            for s in sorted(np.flatnonzero(mask), key=lambda s: self.episode[s])
+        ]
+        more = f" and {len(parts) - most} more" if len(parts) > most else ""
+        return f"episode{'s' if len(parts) > 1 else ''} {', '.join(parts[:most])}{more}"
+
+    def check_finite(self, values: np.ndarray, what: str, slots: np.ndarray | None = None) -> None:
+        """Raise a RolloutError if ``values`` (one row per slot: observations or rewards) are NaN
+        or infinite in one of ``slots`` (a mask; default: every running one), naming the env,
+        the first such episode and its step."""
+        slots = self.running() if slots is None else slots
+        values = np.asarray(values)
+        if not np.issubdtype(values.dtype, np.floating):
+            return
+        bad = np.flatnonzero(slots & ~np.isfinite(values.reshape(len(values), -1)).all(axis=1))
+        if not len(bad):
+            return
+        slot = min(bad, key=lambda s: self.episode[s])
+        episode = self.episode[slot]
+        more = f" (and in {len(bad) - 1} more episode(s) at once)" if len(bad) > 1 else ""
+        raise RolloutError(
+            f"{self.env_id} returned a non-finite {what} (NaN or inf) in episode "
+            f"{self.ids[episode]} (seed {int(self.seeds[episode])}) at step "
+            f"{int(self.step[slot])}{more}"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class _BatchStep:
+    """One step of the whole batch: what :class:`_Results` records of it."""
+
+    obs: np.ndarray
+    """The observations the actions were chosen on (at the first step, the reset's)."""
+    actions: np.ndarray
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    """Truncated by the env or at the episode cap."""
+    episode: np.ndarray
+    """Per slot: the episode it ran at this step (-1: idle)."""
+    info: Mapping[str, Any]
+    """The step's info."""
+    done: np.ndarray
+    """The slots whose episode ended at this step (a mask)."""
+    next_obs: np.ndarray
+    """The observations after the step: in the ``done`` slots their episodes' final ones."""
+
+
+def _batch_steps(
+    env: Any,
+    slots: _Slots,
+    policy: tasks.PolicyFn,
+    read: Callable[[np.ndarray, Mapping[str, Any], str], np.ndarray],
+    *,
+    cap: int | None,
+    timeout_s: float | None,
+    on_progress: Callable[[int, int], None] | None,
+) -> Iterator[_BatchStep]:
+    """Step the batch ``env`` (a vector env without autoreset) until every episode of ``slots``
+    has ended, yielding each step: reset every slot to its first episode, then step with the
+    policy's actions (on what ``read`` gives of each observation and info), truncate episodes
+    at ``cap`` steps, and reset the slots whose episode ended to their next one (an idle slot
+    whose env ended is reset too, without a seed). Each env and policy call runs under
+    ``timeout_s``; ``on_progress(done, total)`` follows the episodes as they end."""
+    n = len(slots.seeds)
+    space = env.single_action_space
+    env_what = f"the env {slots.env_id!r}:"
+    expert_what = f"the expert {_callable_name(policy)}"
+
+    def limit(what: str, mask: np.ndarray | None = None) -> Any:
+        """``what`` (a call of the env or the expert) under ``timeout_s``; ``mask``: the slots
+        it runs, for the message (default: every running one)."""
+        return deadline.limit(timeout_s, what, lambda: slots.describe(mask))
+
+    with limit(f"{env_what} reset"):
+        obs, info = env.reset(seed=slots.first_seeds())
+    inputs = read(obs, info, "at reset")
+    done_count = 0
+    while done_count < n:
+        slots.check_finite(obs, "observation")
+        with limit(expert_what):
+            actions = tasks.checked_actions(policy, inputs, space)
+        with limit(f"{env_what} step"):
+            next_obs, rewards, terminated, truncated, info = env.step(actions)
+        slots.step += 1
+        if cap is not None:  # as gymnasium's TimeLimit, also for a task's own batched env
+            truncated = truncated | (slots.step >= cap)
+        slots.check_finite(rewards, "reward")
+        ended = terminated | truncated  # idle slots end episodes too: they must be reset
+        done = ended & slots.running()
+        if done.any():
+            slots.check_finite(next_obs, "observation", done)  # final observations
+        episode = slots.episode.copy()
+        yield _BatchStep(
+            obs, actions, rewards, terminated, truncated, episode, info, done, next_obs
+        )
+        if not ended.any():
+            obs, inputs = next_obs, read(next_obs, info, "after a step")
+            continue
+        if done.any():
+            done_count += int(done.sum())
+            if on_progress:
+                on_progress(done_count, n)
+        reset_seeds = slots.refill(done)
+        slots.step[ended] = 0
+        step_inputs = read(next_obs, info, "after a step")
+        with limit(f"{env_what} reset", ended):
+            obs, info = env.reset(seed=reset_seeds, options={"reset_mask": ended})
+        obs = np.where(ended.reshape(-1, *[1] * (obs.ndim - 1)), obs, next_obs)
+        inputs = read(obs, info, "at reset")
+        inputs = np.where(ended.reshape(-1, *[1] * (inputs.ndim - 1)), inputs, step_inputs)
+
+
 def _callable_name(fn: Any) -> str:
     """``module:qualname`` of a callable (of the function a ``functools.partial`` binds)."""
     fn = getattr(fn, "func", fn)
@@ -214,49 +284,105 @@ def _callable_name(fn: Any) -> str:
     return f"{module}:{getattr(fn, '__qualname__', type(fn).__qualname__)}"
 
 
-def _describe_episodes(
-    slots: np.ndarray,
-    slot_episode: np.ndarray,
-    slot_step: np.ndarray,
-    episode_ids: Sequence[int],
-    episode_seeds: Sequence[int],
-    most: int = 8,
-) -> str:
-    """The episodes running in ``slots``: number (in ``episode_ids``), seed and steps taken."""
-    parts = [
-        f"{episode_ids[slot_episode[s]]} (seed {int(episode_seeds[slot_episode[s]])}, "
-        f"after {int(slot_step[s])} steps)"
-        for s in sorted(slots, key=lambda s: slot_episode[s])
-    ]
-    more = f" and {len(parts) - most} more" if len(parts) > most else ""
-    return f"episode{'s' if len(parts) > 1 else ''} {', '.join(parts[:most])}{more}"
+# --------------------------------------------------------------------------------------------
+# the layout of the results: per-step rows and per-episode tables
 
 
-def _check_finite(
-    values: np.ndarray,
-    what: str,
-    env_id: str,
-    slots: np.ndarray,
-    slot_episode: np.ndarray,
-    slot_step: np.ndarray,
-    episode_ids: Sequence[int],
-    episode_seeds: Sequence[int],
-) -> None:
-    """Raise a RolloutError if ``values`` (one row per slot: observations or rewards) are NaN or
-    infinite in one of ``slots`` (a mask), naming the env, the first such episode and its step."""
-    values = np.asarray(values)
-    if not np.issubdtype(values.dtype, np.floating):
-        return
-    bad = np.flatnonzero(slots & ~np.isfinite(values.reshape(len(values), -1)).all(axis=1))
-    if not len(bad):
-        return
-    slot = min(bad, key=lambda s: slot_episode[s])
-    episode = slot_episode[slot]
-    more = f" (and in {len(bad) - 1} more episode(s) at once)" if len(bad) > 1 else ""
-    raise RolloutError(
-        f"{env_id} returned a non-finite {what} (NaN or inf) in episode {episode_ids[episode]} "
-        f"(seed {int(episode_seeds[episode])}) at step {int(slot_step[slot])}{more}"
-    )
+class _Results:
+    """What :func:`run_episodes` returns, gathered step by step: the rows of every step (of
+    every slot, idle ones too; their observations only with ``keep_observations``), each
+    episode's final observation and info values at its last step, and with ``step_means`` the
+    sums and counts of each info value over each episode's steps. :meth:`tables` groups them
+    by episode once at the end."""
+
+    def __init__(
+        self, n: int, obs_shape: tuple[int, ...], keep_observations: bool, step_means: bool
+    ) -> None:
+        self.n = n
+        self.obs_shape = obs_shape
+        self.keep_observations = keep_observations
+        self.step_means = step_means
+        self.rows: dict[str, list[np.ndarray]] = {k: [] for k in (*dataset.STEP_KEYS, "episode")}
+        self.final_obs: np.ndarray | None = None  # made at the first step, in the env's dtype
+        self.info_end: dict[str, np.ndarray] = {}
+        self.step_sums: dict[str, np.ndarray] = {}
+        self.step_counts: dict[str, np.ndarray] = {}
+
+    def add(self, step: _BatchStep) -> None:
+        """Record one step of the batch."""
+        if self.final_obs is None:
+            self.final_obs = np.zeros((self.n, *self.obs_shape), step.obs.dtype)
+        for key, value in zip(
+            (*dataset.STEP_KEYS, "episode"),
+            (step.obs, step.actions, step.rewards, step.terminated, step.truncated, step.episode),
+            strict=True,
+        ):
+            if key != "observations" or self.keep_observations:
+                self.rows[key].append(np.array(value, copy=True))
+        if self.step_means:
+            self._add_to_means(step.info, step.episode)
+        finished = step.episode[step.done]
+        if len(finished):
+            self.final_obs[finished] = step.next_obs[step.done]
+            self._record_ends(step.info, step.done, finished)
+
+    def _add_to_means(self, info: Mapping[str, Any], episode: np.ndarray) -> None:
+        """Add this step's reported, finite info values to their episodes' sums and counts
+        (``episode``: each slot's)."""
+        active = episode >= 0
+        for key, value in _numeric_info(info, len(episode)):
+            values = value.astype(np.float64)
+            mask = (
+                np.asarray(info.get(f"_{key}", active), dtype=bool) & active & np.isfinite(values)
+            )
+            if key not in self.step_sums:
+                self.step_sums[key], self.step_counts[key] = np.zeros(self.n), np.zeros(self.n)
+            episodes = episode[mask]  # distinct: one slot per running episode
+            self.step_sums[key][episodes] += values[mask]
+            self.step_counts[key][episodes] += 1
+
+    def _record_ends(self, info: Mapping[str, Any], done: np.ndarray, finished: np.ndarray) -> None:
+        """Keep the numeric per-env info values of the ``done`` slots, whose episodes
+        (``finished``) ended at this step (vector-env info style)."""
+        for key, value in _numeric_info(info, len(done)):
+            mask = np.asarray(info.get(f"_{key}", np.ones_like(done)), dtype=bool) & done
+            if key not in self.info_end:
+                self.info_end[key] = np.full(self.n, np.nan)
+            self.info_end[key][finished[mask[done]]] = value[mask]
+
+    def tables(
+        self, episode_seeds: Sequence[int]
+    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """The (steps, episodes, info) arrays: each episode's rows in time order, episodes in
+        the order of ``episode_seeds``."""
+        n, info_end = self.n, self.info_end
+        for key, total in self.step_sums.items():
+            with np.errstate(invalid="ignore", divide="ignore"):
+                info_end[f"{key}.mean"] = total / self.step_counts[key]
+        rows = dict(self.rows)
+        episode_of_row = np.concatenate(rows.pop("episode"))
+        keep = np.flatnonzero(episode_of_row >= 0)
+        order = keep[np.argsort(episode_of_row[keep], kind="stable")]
+        steps = {k: np.concatenate(v)[order] for k, v in rows.items() if v}
+        steps["terminated"] = steps["terminated"].astype(bool)
+        steps["truncated"] = steps["truncated"].astype(bool)
+        steps["rewards"] = steps["rewards"].astype(np.float64)
+        lengths = np.bincount(episode_of_row[keep], minlength=n).astype(np.int64)
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        returns = np.array(
+            [
+                dataset.episode_return(steps["rewards"][s : s + k])
+                for s, k in zip(starts, lengths, strict=True)
+            ]
+        )
+        episodes = {
+            "seed": np.asarray(episode_seeds, dtype=np.int64),
+            "start": starts,
+            "length": lengths,
+            "return": returns,
+            "final_observation": self.final_obs,
+        }
+        return steps, episodes, info_end
 
 
 def _numeric_info(info: Mapping[str, Any], batch: int) -> Iterator[tuple[str, np.ndarray]]:
@@ -268,37 +394,3 @@ def _numeric_info(info: Mapping[str, Any], batch: int) -> Iterator[tuple[str, np
         if value.shape != (batch,) or value.dtype.kind not in "biuf":
             continue
         yield key, value
-
-
-def _accumulate_info(
-    sums: dict[str, np.ndarray],
-    counts: dict[str, np.ndarray],
-    info: Mapping[str, Any],
-    slot_episode: np.ndarray,
-    n: int,
-) -> None:
-    """Add this step's reported, finite info values to their episodes' sums and counts."""
-    active = slot_episode >= 0
-    for key, value in _numeric_info(info, len(slot_episode)):
-        values = value.astype(np.float64)
-        mask = np.asarray(info.get(f"_{key}", active), dtype=bool) & active & np.isfinite(values)
-        if key not in sums:
-            sums[key], counts[key] = np.zeros(n), np.zeros(n)
-        episodes = slot_episode[mask]  # distinct: one slot per running episode
-        sums[key][episodes] += values[mask]
-        counts[key][episodes] += 1
-
-
-def _record_info(
-    store: dict[str, np.ndarray],
-    info: Mapping[str, Any],
-    done: np.ndarray,
-    finished: np.ndarray,
-    n: int,
-) -> None:
-    """Keep numeric per-env info values at each episode's last step (vector-env info style)."""
-    for key, value in _numeric_info(info, len(done)):
-        mask = np.asarray(info.get(f"_{key}", np.ones_like(done)), dtype=bool) & done
-        if key not in store:
-            store[key] = np.full(n, np.nan)
-        store[key][finished[mask[done]]] = value[mask]
