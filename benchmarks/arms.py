@@ -43,6 +43,7 @@ from demo2rl import acting, arms, evaluation, groups, names, provenance, rl, sum
 from demo2rl import config as config_lib
 from demo2rl.dataset import read_attrs
 from demo2rl.io import write_json
+from demo2rl.specs import RLJob
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import BENCH_DIR, machine
@@ -145,7 +146,7 @@ def _train_and_evaluate(
     evaluate = config_lib.EvaluateConfig.of(config["evaluate"])
     seeds = EPISODES[episodes]
     with tempfile.TemporaryDirectory() as state_dir:
-        spec = rl.RLJob(
+        spec = RLJob(
             arm=init,
             run_seed=run_seed,
             seed=config["seed"],
@@ -168,11 +169,7 @@ def _train_and_evaluate(
         )
     actor = acting.make_actor(result.model.policy, result.normalizer, result.action_space)
     final = evaluation.evaluate(
-        task.env_id,
-        task.env_kwargs,
-        actor,
-        seeds(config["seed"], evaluate.episodes),
-        n_envs=evaluate.n_envs,
+        task, actor, seeds(config["seed"], evaluate.episodes), n_envs=evaluate.n_envs
     )
     log_std = getattr(result.model.policy, "log_std", None)
     return {

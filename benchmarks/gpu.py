@@ -38,9 +38,9 @@ from typing import Any
 import torch
 from _common import machine, report
 
-from demo2rl import rl
 from demo2rl.config import BCConfig, PolicyConfig, RLConfig, TaskConfig
 from demo2rl.groups import arm_rl_config
+from demo2rl.specs import BCJob, CollectJob, MergeJob, RLJob
 from demo2rl.stages import collect_shard, merge_demos, train_bc, train_rl
 from demo2rl.tracking.untracked import Untracked
 
@@ -62,32 +62,31 @@ def collect(cfg: dict[str, Any], work: Path, shards: int, n_envs: int) -> tuple[
     paths = []
     for k in range(shards):
         paths.append(str(work / f"shard-{k}.h5"))
-        collect_shard.collect_shard(
+        job = CollectJob(
             shard=k,
-            out=paths[-1],
             task=task,
-            n_episodes=cfg["collect"]["n_episodes"],
-            n_shards=shards,
+            collect={"n_episodes": cfg["collect"]["n_episodes"], "n_shards": shards},
             seed=cfg["seed"],
-            n_envs=n_envs,
+            out=paths[-1],
+            envs=n_envs,
             codec="gzip",
-            run=Untracked(),
+            timeout_ms=max(1, round(1000 * cfg["task"]["timeout_s"])),
         )
+        collect_shard.collect_shard(job, Untracked())
     demos = str(work / "demos.h5")
-    merge_demos.merge_demos(
+    merge = MergeJob(
+        collect={k: cfg["collect"][k] for k in ("n_episodes", "valid_fraction")},
         shards=paths,
         out=demos,
-        n_episodes=cfg["collect"]["n_episodes"],
-        valid_fraction=cfg["collect"]["valid_fraction"],
         codec="gzip",
-        run=Untracked(),
     )
+    merge_demos.merge_demos(merge, Untracked())
     return demos, time.perf_counter() - start
 
 
 def run_bc(cfg: dict[str, Any], demos: str, work: Path, device: str, threads: int) -> dict:
     torch.set_num_threads(threads)
-    job = train_bc.BCJob(
+    job = BCJob(
         task=TaskConfig.of(cfg["task"]),
         policy=PolicyConfig.of(cfg["policy"]),
         bc=BCConfig.of({**cfg["bc"], "device": device}),
@@ -114,7 +113,7 @@ def run_rl(
     torch.set_num_threads(threads)
     rl_cfg = arm_rl_config({**cfg["rl"], "device": device, "total_timesteps": steps}, arm)
     run_dir = work / f"rl-{arm}-{device}"
-    job = rl.RLJob(
+    job = RLJob(
         arm=arm,
         run_seed=0,
         seed=cfg["seed"],

@@ -48,7 +48,7 @@ from unittest import mock
 
 from _common import BENCH_DIR, machine, report
 
-from demo2rl import collect, dataset, groups, names, provenance, rl, tracking
+from demo2rl import collect, dataset, groups, names, provenance, tracking
 from demo2rl.config import (
     BCConfig,
     CollectConfig,
@@ -59,6 +59,7 @@ from demo2rl.config import (
     TrackingConfig,
 )
 from demo2rl.config import load as load_config
+from demo2rl.specs import BCJob, RLJob
 from demo2rl.stages import train_bc as bc_stage
 from demo2rl.stages import train_rl as rl_stage
 
@@ -138,7 +139,7 @@ def run_jobs(config: dict[str, Any], demos: Path, root: Path) -> dict[str, dict[
     rl_cfg = groups.arm_rl_config(config["rl"], "bc")
 
     def train_bc(run: tracking.Run) -> None:
-        spec = bc_stage.BCJob(
+        spec = BCJob(
             task=TaskConfig.of(config["task"]),
             policy=PolicyConfig.of(config["policy"]),
             bc=BCConfig.of(config["bc"]),
@@ -154,7 +155,7 @@ def run_jobs(config: dict[str, Any], demos: Path, root: Path) -> dict[str, dict[
 
     def train_rl(run: tracking.Run) -> None:
         rl_dir = Path(names.RLRun("bc", 0).dir(str(out)))
-        spec = rl.RLJob(
+        spec = RLJob(
             arm="bc",
             run_seed=0,
             seed=config["seed"],

@@ -13,21 +13,13 @@ rule train_bc:
     # torch threads (and HDF5 loader workers when streaming); small MLPs train fastest on one
     threads: 1
     resources:
+        **PLAN.resources("train_bc"),
         mem_mb=8000,
         runtime=60,
         gpu=from_variant(lambda v: v.gpus("bc")),
-        # envs stepped together when clone and expert drive the held-out episodes: speed only
-        eval_envs=from_variant(lambda v: v.evaluate.n_envs),
-        # the time limit on each env or expert call (task.timeout_s): robustness only
-        timeout_ms=from_variant(lambda v: v.timeout_ms),
     params:
+        **PLAN.params("train_bc"),
         tracking=TRACKING,
-        task=from_variant(lambda v: v.task),
-        policy=from_variant(lambda v: v.config["policy"]),
-        bc=from_variant(lambda v: v.config["bc"]),
-        eval_episodes=from_variant(lambda v: v.evaluate.during_training),
-        seed=from_variant(lambda v: v.config["seed"]),
-        code=code("train_bc", task=True),
     script:
         "../scripts/train_bc.py"
 

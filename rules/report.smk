@@ -5,6 +5,7 @@ REPORT = "{root}/report"
 """A variant's report directory, with the root wildcard (a variant's results)."""
 VARIANTS_REPORT = PLAN.report
 """Where the comparison across variants goes: the experiment's report directory."""
+SUMMARY_FIGURES, RACING_FIGURES = names.SUMMARY_FIGURES, names.RACING_FIGURES
 
 
 report: "../report/workflow.rst"
@@ -12,18 +13,7 @@ report: "../report/workflow.rst"
 
 rule summarize:
     input:
-        evaluations=lambda wc: [
-            evaluation_path(job_variant(wc), p) for p in job_variant(wc).policies
-        ],
-        curves=lambda wc: [
-            f"{rl_run_dir(job_variant(wc), run)}/evaluations.csv"
-            for run in job_variant(wc).runs
-        ],
-        # the same runs' SB3 progress tables (their training seconds, wall and CPU)
-        progress=lambda wc: [
-            f"{rl_run_dir(job_variant(wc), run)}/progress.csv"
-            for run in job_variant(wc).runs
-        ],
+        unpack(from_variant(PLAN.summary_inputs)),
     output:
         summary_json=f"{REPORT}/summary.json",
         summary_md=f"{REPORT}/summary.md",
@@ -52,23 +42,8 @@ rule summarize:
         mem_mb=4000,
         runtime=15,
     params:
+        **PLAN.params("summarize"),
         tracking=TRACKING,
-        variant=from_variant(lambda v: v.name),
-        bootstrap_reps=from_variant(lambda v: v.evaluate.bootstrap_reps),
-        confidence=from_variant(lambda v: v.evaluate.confidence),
-        seed=from_variant(lambda v: v.config["seed"]),
-        # the RL learning curves were evaluated on this many of the held-out tracks
-        curve_tracks=from_variant(lambda v: v.evaluate.during_training),
-        # the RL run of each of the curves and progress tables, in their order
-        curve_runs=from_variant(lambda v: [run.name for run in v.runs]),
-        # env steps per run of each arm (its algorithm's budget)
-        budgets=from_variant(lambda v: v.budgets),
-        arm_looks=from_variant(lambda v: v.arm_looks),
-        # summary.md links to the figures
-        figures=lambda wc: {
-            k: f"{wc.root}/report/{p}" for k, p in SUMMARY_FIGURES.items()
-        },
-        code=code("summarize"),
     script:
         "../scripts/summarize.py"
 
@@ -107,9 +82,7 @@ rule plot_summary:
 
 rule plot_racing:
     input:
-        evaluations=lambda wc: [
-            evaluation_path(job_variant(wc), p) for p in job_variant(wc).policies
-        ],
+        evaluations=from_variant(lambda v: PLAN.summary_inputs(v)["evaluations"]),
     output:
         track_png=report(
             f"{REPORT}/{RACING_FIGURES['track_png']}",
@@ -142,21 +115,14 @@ rule plot_racing:
 # the comparison across variants (when the config declares any): numbers, then the figure
 rule compare_variants:
     input:
-        summaries=[f"{v.root}/report/summary.json" for v in VARIANTS.values()],
-        episodes=[f"{v.root}/report/episodes.csv" for v in VARIANTS.values()],
-        # each variant's RL runs' SB3 progress tables (their wall time)
-        progress=[
-            f"{rl_run_dir(v, run)}/progress.csv"
-            for v in VARIANTS.values()
-            for run in v.runs
-        ],
+        **PLAN.comparison_inputs(),
     output:
         variants_json=f"{VARIANTS_REPORT}/variants.json",
         variants_md=f"{VARIANTS_REPORT}/variants.md",
     log:
-        f"{RESULTS}/logs/compare_variants.log",
+        f"{PLAN.results}/logs/compare_variants.log",
     benchmark:
-        f"{RESULTS}/benchmarks/compare_variants.tsv"
+        f"{PLAN.results}/benchmarks/compare_variants.tsv"
     conda:
         "../envs/report.yaml"
     threads: 1
@@ -164,22 +130,8 @@ rule compare_variants:
         mem_mb=4000,
         runtime=15,
     params:
+        **PLAN.params("compare_variants"),
         tracking=TRACKING,
-        # the variants in order (the base first) with their overrides as declared
-        overrides=PLAN.overrides(),
-        # the (variant, policy) of each progress table, in their order
-        progress_runs=[
-            [name, run.name] for name, v in VARIANTS.items() for run in v.runs
-        ],
-        bootstrap_reps=PLAN.base.evaluate.bootstrap_reps,
-        confidence=PLAN.base.evaluate.confidence,
-        seed=config["seed"],
-        arm_looks={
-            arm: look for v in VARIANTS.values() for arm, look in v.arm_looks.items()
-        },
-        # variants.md links to the figure
-        figure=f"{VARIANTS_REPORT}/plots/variants.png",
-        code=code("compare_variants"),
     script:
         "../scripts/compare_variants.py"
 
@@ -195,7 +147,7 @@ rule plot_variants:
             labels={"figure": "IQM per arm and variant"},
         ),
     log:
-        f"{RESULTS}/logs/plot_variants.log",
+        f"{PLAN.results}/logs/plot_variants.log",
     conda:
         "../envs/report.yaml"
     threads: 1
@@ -204,9 +156,7 @@ rule plot_variants:
         runtime=5,
     params:
         tracking=TRACKING,
-        arm_looks={
-            arm: look for v in VARIANTS.values() for arm, look in v.arm_looks.items()
-        },
+        arm_looks=PLAN.arm_looks(),
         code=code("plot_variants"),
     script:
         "../scripts/plot_variants.py"

@@ -9,13 +9,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from conftest import isolated_tracking_env
 from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
-from demo2rl import arms, names, tracking
+from demo2rl import arms, names, summary, tracking
 from demo2rl.config import TrackingConfig
+from demo2rl.specs import SummarizeJob
 from demo2rl.stages import summarize
 from demo2rl.tracking import lineage, ui
 from demo2rl.tracking.arms import ARM_FILTER, VIEW_TAG
@@ -88,24 +90,38 @@ def summarize_job(root: Path, variant: str = "base") -> tuple[str, dict]:
     policies = ["expert", "bc", *(run.name for run in rl_runs())]
     evaluations = [str(eval_path(root, policy)) for policy in policies]
     curves = {run.name: str(curve_path(root, run)) for run in rl_runs()}
+    progress = [no_seconds(curve_path(root, run).with_name("progress.csv")) for run in rl_runs()]
     report = root / "results" / "report"
+    spec = SummarizeJob(
+        variant=variant,
+        bootstrap_reps=200,
+        confidence=0.95,
+        seed=0,
+        curve_tracks=TRACKS,
+        curve_runs=list(curves),
+        budgets={},
+        arm_looks={},
+        evaluations=evaluations,
+        curves=list(curves.values()),
+        progress=progress,
+        figures={
+            "curves_png": str(report / "plots" / "learning_curves.png"),
+            "returns_png": str(report / "plots" / "final_returns.png"),
+        },
+        summary_json=str(report / "summary.json"),
+        summary_md=str(report / "summary.md"),
+        **{k: str(report / f"{k}.csv") for k in ("policies", "improvement", "runs", "episodes")},
+    )
     with job("summarize", "summarize", "summarize", inputs=[*evaluations, *curves.values()]) as run:
-        summarize.summarize(
-            evaluations=evaluations,
-            curves=curves,
-            summary_json=str(report / "summary.json"),
-            summary_md=str(report / "summary.md"),
-            tables={k: str(report / f"{k}.csv") for k in ("policies", "improvement", "runs")}
-            | {"episodes": str(report / "episodes.csv")},
-            plot_links={},
-            bootstrap_reps=200,
-            confidence=0.95,
-            seed=0,
-            curve_tracks=TRACKS,
-            variant=variant,
-            run=run,
-        )
+        summarize.summarize(spec, run)
     return run.run_id, json.loads((report / "summary.json").read_text())
+
+
+def no_seconds(path: Path) -> str:
+    """Write a progress table without the seconds columns at ``path``: the summary leaves its
+    run out of the wall and CPU figures (none here), as if the run had no progress table."""
+    pd.DataFrame({summary.STEPS: []}).to_csv(path, index=False)
+    return str(path)
 
 
 def rl_runs() -> list[names.RLRun]:

@@ -32,7 +32,7 @@ from demo2rl import (
     summary,
     tasks,
 )
-from demo2rl.rl import job as job_module
+from demo2rl.specs import RLJob
 from demo2rl.stages import train_rl as train_rl_stage
 
 CARTPOLE = ("CartPole-v1", {})
@@ -292,7 +292,7 @@ def test_the_resume_key_covers_every_result_field_and_no_path_or_speed_setting(c
 
     # a field added to the spec later is covered without a word in the key's code
     @dataclasses.dataclass(frozen=True, kw_only=True)
-    class Extended(job_module.RLJob):
+    class Extended(RLJob):
         new_knob: float = 1.0
 
     fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}

@@ -20,6 +20,7 @@ import pytest
 from test_plots import assert_png
 
 from demo2rl import groups, summary, tracking
+from demo2rl.specs import CompareJob, SummarizeJob
 from demo2rl.stages import compare_variants as compare_stage
 from demo2rl.stages import plot_variants as plot_stage
 from demo2rl.stages import summarize as summarize_stage
@@ -86,19 +87,26 @@ def write_variant(root: Path, returns: Mapping[str, np.ndarray], tracks: list[in
     report = root / "report"
     tables = {t: str(report / f"{t}.csv") for t in ("policies", "improvement", "runs", "episodes")}
     paths |= {"summary_json": str(report / "summary.json"), "episodes": tables["episodes"]}
+    job = SummarizeJob(
+        variant=root.name,
+        curve_tracks=5,
+        curve_runs=list(paths["curves"]),
+        budgets={},
+        arm_looks={},
+        evaluations=paths["evaluations"],
+        curves=list(paths["curves"].values()),
+        progress=[paths["progress"][policy] for policy in paths["curves"]],
+        figures={
+            "curves_png": str(report / "plots" / "learning_curves.png"),
+            "returns_png": str(report / "plots" / "final_returns.png"),
+        },
+        summary_json=paths["summary_json"],
+        summary_md=str(report / "summary.md"),
+        **tables,
+        **BOOTSTRAP,
+    )
     with tracking.untracked_run() as run:
-        summarize_stage.summarize(
-            evaluations=paths["evaluations"],
-            curves=paths["curves"],
-            summary_json=paths["summary_json"],
-            summary_md=str(report / "summary.md"),
-            tables=tables,
-            plot_links={},
-            curve_tracks=5,
-            variant=root.name,
-            run=run,
-            **BOOTSTRAP,
-        )
+        summarize_stage.summarize(job, run)
     return paths
 
 
@@ -136,19 +144,22 @@ def compare(root: Path, runs: Mapping[str, Mapping[str, np.ndarray]], tracks=Non
         v: write_variant(root / v, r, (tracks or {}).get(v, TRACKS)) for v, r in runs.items()
     }
     report = root / "report"
+    progress = [([v, p], path) for v, w in written.items() for p, path in w["progress"].items()]
+    job = CompareJob(
+        overrides={v: OVERRIDES.get(v, {}) for v in runs},
+        progress_runs=[run for run, _ in progress],
+        arm_looks={},
+        summaries=[w["summary_json"] for w in written.values()],
+        episodes=[w["episodes"] for w in written.values()],
+        progress=[path for _, path in progress],
+        figure=str(report / "plots" / "variants.png"),
+        variants_json=str(report / "variants.json"),
+        variants_md=str(report / "variants.md"),
+        **BOOTSTRAP,
+    )
     with contextlib.ExitStack() as stack:
         run = run or stack.enter_context(tracking.untracked_run())
-        return compare_stage.compare_variants(
-            summaries={v: w["summary_json"] for v, w in written.items()},
-            episodes={v: w["episodes"] for v, w in written.items()},
-            progress={v: w["progress"] for v, w in written.items()},
-            overrides={v: OVERRIDES.get(v, {}) for v in runs},
-            variants_json=str(report / "variants.json"),
-            variants_md=str(report / "variants.md"),
-            figure=str(report / "plots" / "variants.png"),
-            run=run,
-            **BOOTSTRAP,
-        )
+        return compare_stage.compare_variants(job, run)
 
 
 @pytest.fixture(scope="module")

@@ -214,11 +214,14 @@ def test_rl_device_auto_is_cuda_only_for_a_cnn_on_a_machine_with_an_nvidia_gpu(
     tmp_path, monkeypatch
 ):
     monkeypatch.setattr(config, "NVIDIA_GPUS", tmp_path / "none")
-    assert config.rl_device("auto", images=True) == "cpu"
+    assert config.device("auto", images=True) == "cpu"
+    # a cluster's login node has no GPU, but the invocation declares the jobs' (--resources)
+    assert config.device("auto", images=True, gpus=2) == "cuda"
     monkeypatch.setattr(config, "NVIDIA_GPUS", tmp_path)  # a directory: the driver lists GPUs
-    assert config.rl_device("auto", images=True) == "cuda"
-    assert config.rl_device("auto", images=False) == "cpu"  # MLPs: fastest on the CPU
-    assert config.rl_device("cuda:1", images=False) == "cuda:1"  # spelled out: as it is
+    assert config.device("auto", images=True) == "cuda"
+    assert config.device("auto", images=True, gpus=0) == "cpu"  # declared: none for the jobs
+    assert config.device("auto", images=False) == "cpu"  # MLPs: fastest on the CPU
+    assert config.device("cuda:1", images=False) == "cuda:1"  # spelled out: as it is
 
 
 # --------------------------------------------------------------------------------------------

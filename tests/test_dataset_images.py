@@ -241,6 +241,7 @@ MEMORY_STEPS = 1000  # frames a shard: 12.3 MB raw, three times a copy block
 CHILD = """
 import json, sys
 from demo2rl import dataset
+from demo2rl.specs import MergeJob
 from demo2rl.stages import merge_demos as stage
 
 class Run:
@@ -249,7 +250,9 @@ class Run:
 
 args = json.loads(sys.argv[1])
 if args["out"]:
-    stage.merge_demos(**args, valid_fraction=0.1, codec="gzip", run=Run())
+    collect = {"n_episodes": args["n_episodes"], "valid_fraction": 0.1}
+    job = MergeJob(collect=collect, shards=args["shards"], out=args["out"], codec="gzip")
+    stage.merge_demos(job, Run())
 else:  # the baseline: the same imports, HDF5 opened once
     dataset.read_attrs(args["shards"][0])
 # the peak RSS of this process image: VmHWM. (ru_maxrss would not do: Linux carries it over from

@@ -678,6 +678,7 @@ def test_a_full_disk_under_the_mlflow_store_degrades_tracking_as_an_outage(
 
     from demo2rl import tracking
     from demo2rl.config import TrackingConfig
+    from demo2rl.specs import MergeJob
     from demo2rl.stages.merge_demos import merge_demos
     from demo2rl.tracking import outbox
 
@@ -706,14 +707,13 @@ def test_a_full_disk_under_the_mlflow_store_degrades_tracking_as_an_outage(
         outputs=[out],
         settings=settings,
     ) as run:
-        merge_demos(
+        job = MergeJob(
+            collect={"n_episodes": 8, "valid_fraction": 0.25},
             shards=[str(p) for p in shards],
             out=str(out),
-            n_episodes=8,
-            valid_fraction=0.25,
             codec="gzip",
-            run=run,
         )
+        merge_demos(job, run)
     assert dataset.read(out, verify=True).n_episodes == 8
     full = re.escape("sqlite3.OperationalError: database or disk is full; ")
     assert re.search(rf"MLflow tracking failed \(create_run: {full}", caplog.text)

@@ -5,12 +5,22 @@ an invocation builds. Fast: no Snakemake run."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import yaml
 from conftest import REPO
+from snakemake.iocontainers import (
+    InputFiles,
+    Log,
+    OutputFiles,
+    Params,
+    ResourceList,
+    Snakemake,
+    Wildcards,
+)
 
-from demo2rl import arms, config
+from demo2rl import arms, config, groups, jobspec, names, specs
 from demo2rl.workflow.plan import Plan, PlanError
 
 TEST = config.load(REPO / "config" / "test.yaml")
@@ -90,3 +100,87 @@ def test_the_plan_reads_the_schema_it_is_given(tmp_path):
     assert (
         Plan(copy.deepcopy(TEST), path).final_targets() == Plan(copy.deepcopy(TEST)).final_targets()
     )
+
+
+def _rule_values(plan, rule, wildcards):
+    """A job's params and resources as Snakemake computes them from the Plan's input
+    functions."""
+    wc = Wildcards(fromdict=wildcards)
+    params = {k: f(wc) if callable(f) else f for k, f in plan.params(rule).items()}
+    resources = {k: f(wc) for k, f in plan.resources(rule).items()}
+    return params, resources
+
+
+@pytest.mark.parametrize("rule", sorted(specs.SPECS))
+def test_a_heavy_rules_params_are_its_specs_result_fields_and_its_resources_the_speed_ones(
+    plan, rule
+):
+    spec = specs.SPECS[rule]
+    by_role: dict[str, set[str]] = {"result": set(), "speed": set(), "path": set()}
+    for field in dataclasses.fields(spec):
+        by_role[jobspec.role(field)].add(field.name)
+        where = jobspec.source(field)
+        # a result field is a param (or a wildcard); a speed field never is
+        allowed = {
+            "result": {"params", "wildcards"},
+            "speed": {"resources", "threads"},
+            "path": {"input", "output", "params"},
+        }[jobspec.role(field)]
+        assert where in allowed, f"{spec.__name__}.{field.name}: {jobspec.role(field)} {where}"
+    params, resources = set(plan.params(rule)), set(plan.resources(rule))
+    assert resources <= by_role["speed"] and not (params & by_role["speed"])
+    assert (
+        by_role["result"]
+        - {f.name for f in dataclasses.fields(spec) if jobspec.source(f) == "wildcards"}
+        <= params
+    )
+    assert "code" in params  # editing the code the rule runs reruns it
+
+
+def test_a_spec_built_from_a_jobs_snakemake_values_is_what_the_plan_says(plan):
+    warm = plan.variants["warmup-2048"]
+    wildcards = {"root": warm.root, "init": "bc", "seed": "1"}
+    params, resources = _rule_values(plan, "train_rl", wildcards)
+    run_dir = plan.run_dir(warm, names.RLRun("bc", 1))
+    smk = Snakemake(
+        InputFiles(fromdict=plan.inputs(warm, ("rl", "bc", "1"))),
+        OutputFiles(
+            fromdict={
+                "policy": f"{run_dir}/policy.pt",
+                "progress": f"{run_dir}/progress.csv",
+                "evaluations": f"{run_dir}/evaluations.csv",
+            }
+        ),
+        Params(fromdict=params),
+        Wildcards(fromdict=wildcards),
+        1,
+        ResourceList(fromdict=resources),
+        Log(),
+        {},
+        "train_rl",
+        None,
+    )
+    job = jobspec.build(specs.RLJob, smk)
+    assert (job.arm, job.run_seed, job.seed) == ("bc", 1, TEST["seed"])
+    assert params["rl"] == groups.arm_rl_config(warm.config["rl"], "bc")
+    assert job.rl == config.RLConfig.of(params["rl"])
+    assert params["rl"]["warm_start"]["critic_warmup_steps"] == 2048  # the variant's
+    assert job.clone == plan.output(warm, ("clone",)) and job.state_dir == f"{run_dir}/state"
+    # the time limit reaches the task as seconds, from the resource; it is not a param
+    assert job.task.timeout_s == TEST["task"]["timeout_s"] and "timeout_s" not in params["task"]
+    assert (
+        job.checkpoint_every == TEST["rl"]["checkpoint_every"]
+        and "checkpoint_every" not in (params["rl"])
+    )
+    assert job.policy_out == f"{run_dir}/policy.pt"
+
+
+@pytest.mark.parametrize(("gpus", "device"), [(None, "cpu"), (0, "cpu"), (1, "cuda")])
+def test_auto_devices_are_decided_once_by_the_gpus_the_invocation_declares(
+    gpus, device, monkeypatch, tmp_path
+):
+    monkeypatch.setattr(config, "NVIDIA_GPUS", tmp_path / "none")  # a login node without GPUs
+    cfg = config.load(REPO / "config" / "test-pixels.yaml")
+    base = Plan(cfg, gpus=gpus).base
+    assert base.config["bc"]["device"] == base.config["rl"]["device"] == device
+    assert base.gpus("bc") == base.gpus("rl") == (device == "cuda")

@@ -37,6 +37,7 @@ from demo2rl import (
     tasks,
     vec,
 )
+from demo2rl.specs import RLJob
 from demo2rl.stages import train_rl as train_rl_stage
 
 ENV_ID, ENV_KWARGS = "Racing-v0", {"max_steps": 200}
@@ -159,10 +160,10 @@ def job(
     eval_episodes: int = EVAL_EPISODES,
     run_seed: int = 1,
     **fields,
-) -> rl.RLJob:
+) -> RLJob:
     """The job spec of a run of these tests (the clone given to every arm that needs it)."""
     demos, clone = demos_and_clone
-    spec = rl.RLJob(
+    spec = RLJob(
         arm=init,
         run_seed=run_seed,
         seed=0,

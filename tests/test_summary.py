@@ -21,8 +21,8 @@ from rliable import metrics as rly
 
 from demo2rl import arms as arms_lib
 from demo2rl import dataset, evaluation, groups, names, rollout, seeds, summary, tasks
+from demo2rl import racing_replay as replay
 from demo2rl.config import TrackingConfig
-from demo2rl.envs import replay
 
 CONFIG = yaml.safe_load(TEST_CONFIG.read_text())
 EXP = CONFIG["experiment"]
@@ -215,6 +215,13 @@ def progress_table(steps, elapsed, cpu=None) -> pd.DataFrame:
     """A run's progress table as :func:`demo2rl.rl.progress.progress_table` joins it."""
     columns = {summary.STEPS: steps, summary.ELAPSED: elapsed}
     return pd.DataFrame(columns | ({summary.CPU: cpu} if cpu is not None else {}))
+
+
+def no_seconds(path: Path) -> str:
+    """Write a progress table without the seconds columns at ``path``: the summary leaves its
+    run out of the wall and CPU figures, as if the run had no progress table."""
+    pd.DataFrame({summary.STEPS: []}).to_csv(path, index=False)
+    return str(path)
 
 
 def test_training_seconds_add_up_the_segments_of_a_resumed_run():
@@ -652,13 +659,14 @@ def test_summarize_stage_for_a_generic_task(
     figures drawn from it, and the summary metrics and files on the workflow's parent run; for
     any set of arms (``rl.inits``), the first of them the best here."""
     from demo2rl import tracking
+    from demo2rl.specs import SummarizeJob
     from demo2rl.stages import plot_summary, summarize
 
     # every variable start_workflow sets, recorded so that it is undone (delenv of a variable
     # that is not set records nothing: it leaked to the later tests of this worker)
     isolated_tracking_env(monkeypatch)
     rng = np.random.default_rng(0)
-    evals, curves = [], {}
+    evals, curves, progress = [], {}, {}
     for name, level in [("expert", 90), ("bc", 80)] + [
         (run.name, 85 + 10 * (run.arm == arms[0])) for run in names.rl_runs(arms, (0, 1))
     ]:
@@ -672,6 +680,7 @@ def test_summarize_stage_for_a_generic_task(
             csv_path.parent.mkdir(parents=True)
             csv_path.write_text("step,return_mean\n0,70\n1000,80\n2000,90\n")
             curves[name] = str(csv_path)
+            progress[name] = no_seconds(csv_path.parent / "progress.csv")
     out = tmp_path / "report"
     figures = {
         "curves_png": str(out / "plots" / "learning_curves.png"),
@@ -691,25 +700,24 @@ def test_summarize_stage_for_a_generic_task(
         params={},
         settings=TrackingConfig(enabled=True, fail_on_error=False),
     ) as run:
-        result = summarize.summarize(
-            evaluations=evals,
-            curves=curves,
-            summary_json=str(out / "summary.json"),
-            summary_md=str(out / "summary.md"),
-            tables={
-                k: str(out / f"{k}.csv") for k in ("policies", "improvement", "runs", "episodes")
-            },
-            plot_links={
-                "Learning curves": figures["curves_png"],
-                "Final returns": figures["returns_png"],
-            },
+        job = SummarizeJob(
+            variant="base",
             bootstrap_reps=300,
             confidence=0.9,
             seed=0,
             curve_tracks=3,
-            variant="base",
-            run=run,
+            curve_runs=list(curves),
+            budgets={},
+            arm_looks={},
+            evaluations=evals,
+            curves=list(curves.values()),
+            progress=[progress[name] for name in curves],
+            figures=figures,
+            summary_json=str(out / "summary.json"),
+            summary_md=str(out / "summary.md"),
+            **{k: str(out / f"{k}.csv") for k in ("policies", "improvement", "runs", "episodes")},
         )
+        result = summarize.summarize(job, run)
     best = f"rl_{arms[0]}"
     assert result["best_rl"].startswith(f"rl-{arms[0]}-")
     assert not (out / "plots").exists()  # the numbers only: the figures are another rule's
@@ -784,6 +792,7 @@ def test_summarize_stage_reports_budgets_costs_and_curves_by_wall_time(tmp_path:
     resumed (its progress segments' seconds restart): the summary's per-arm budgets, steps to
     scratch PPO's final return, training seconds, the learning curves against wall seconds, the
     arm-level metrics and summary.md; and the learning-curve figure with its wall-time panel."""
+    from demo2rl.specs import SummarizeJob
     from demo2rl.stages import plot_summary, summarize
 
     curve_steps = {"scratch": [0, 1000, 2000, 3000, 4000], "rlpd": [0, 500, 1000]}
@@ -817,23 +826,26 @@ def test_summarize_stage_reports_budgets_costs_and_curves_by_wall_time(tmp_path:
             curves[name] = str(run_dir / "evaluations.csv")
             progress[name] = str(run_dir / "progress.csv")
     out = tmp_path / "report"
+    figures = {"curves_png": str(out / "curves.png"), "returns_png": str(out / "returns.png")}
     recorder = ArmRecorder()
-    summarize.summarize(
-        evaluations=evals,
-        curves=curves,
-        progress=progress,
-        budgets={arm: groups.arm_budget(RL_CFG, arm) for arm in ("scratch", "rlpd", "sac")},
-        summary_json=str(out / "summary.json"),
-        summary_md=str(out / "summary.md"),
-        tables={k: str(out / f"{k}.csv") for k in TABLES},
-        plot_links={},
+    job = SummarizeJob(
+        variant="base",
         bootstrap_reps=300,
         confidence=0.9,
         seed=0,
         curve_tracks=3,
-        variant="base",
-        run=recorder,
+        curve_runs=list(curves),
+        budgets={arm: groups.arm_budget(RL_CFG, arm) for arm in ("scratch", "rlpd", "sac")},
+        arm_looks={},
+        evaluations=evals,
+        curves=list(curves.values()),
+        progress=[progress[name] for name in curves],
+        figures=figures,
+        summary_json=str(out / "summary.json"),
+        summary_md=str(out / "summary.md"),
+        **{k: str(out / f"{k}.csv") for k in TABLES},
     )
+    summarize.summarize(job, recorder)
     saved = json.loads((out / "summary.json").read_text())
     assert saved["scratch_final_return"] == 80
     arms = saved["arms"]
@@ -878,7 +890,6 @@ def test_summarize_stage_reports_budgets_costs_and_curves_by_wall_time(tmp_path:
     assert "vs its own control (what the demonstrations add): P(SAC on demos + replay > SAC" in md
 
     # the figure: by env steps, and beside it by wall time (twice as wide as one panel)
-    figures = {"curves_png": str(out / "curves.png"), "returns_png": str(out / "returns.png")}
     plot_summary.plot_summary(summary_json=str(out / "summary.json"), run=recorder, **figures)
     assert recorder.figures == ["curves.png", "returns.png"]
     with Image.open(figures["curves_png"]) as image:

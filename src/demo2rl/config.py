@@ -382,14 +382,19 @@ NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")
 """Where the NVIDIA driver lists this machine's GPUs (read without importing torch)."""
 
 
-def rl_device(device: str, images: bool) -> str:
-    """``rl.device`` as it runs: ``auto`` is CUDA for a CNN policy (``images``) where this
-    machine has an NVIDIA GPU, else the CPU, where small MLPs train fastest; any other value
-    as it is. The workflow resolves it when it reads its config, so that spelling out the same
-    choice reruns nothing; a job that asks for CUDA then requests the ``gpu`` resource."""
-    if device != "auto":
-        return device
-    return "cuda" if images and NVIDIA_GPUS.is_dir() else "cpu"
+def device(setting: str, images: bool, gpus: int | None = None) -> str:
+    """``bc.device`` or ``rl.device`` as its jobs run it, decided once, when the workflow reads
+    its config (the one device policy of both): ``auto`` is CUDA for a CNN policy (``images``)
+    where the invocation has GPUs, else the CPU, where small MLPs train fastest; any other value
+    as it is. The invocation has GPUs when it declares a ``gpu`` resource (``gpus``: ``snakemake
+    --resources gpu=N``, or a cluster profile's ``resources``, for jobs that run on other
+    machines than the one that plans them) or, without a declaration, when this machine has an
+    NVIDIA GPU. A job on CUDA then requests the ``gpu`` resource, so a scheduler places it on a
+    GPU; spelling out the same choice reruns nothing."""
+    if setting != "auto":
+        return setting
+    has_gpus = gpus > 0 if gpus is not None else NVIDIA_GPUS.is_dir()
+    return "cuda" if images and has_gpus else "cpu"
 
 
 def gradient_steps(updates_per_step: float, n_envs: int) -> int:

@@ -7,21 +7,21 @@ call the library inside :func:`job`.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import sys
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
-from demo2rl import names, provenance, tracking
-from demo2rl.config import TaskConfig, TrackingConfig
+from demo2rl import jobspec, names, provenance, specs, tracking
+from demo2rl.config import TrackingConfig
 
 RESULT_NEUTRAL = True
 """The job glue (logging, the job's run) cannot change a result: no code fingerprint
 covers this module."""
 
 log = logging.getLogger("demo2rl")
+T = TypeVar("T")
 
 
 def setup_logging(path: str | None) -> None:
@@ -40,12 +40,13 @@ def setup_logging(path: str | None) -> None:
     logging.captureWarnings(True)
 
 
-def task_config(smk: Any) -> TaskConfig:
-    """The job's task: its ``task`` param (the config's task less ``timeout_s``) with the time
-    limit on the task's code from the ``timeout_ms`` resource (rules/common.smk): robustness
-    only, so a resource, which reruns nothing, not a param."""
-    task = TaskConfig.of(smk.params.task)
-    return dataclasses.replace(task, timeout_s=smk.resources.timeout_ms / 1000)
+def run_rule(smk: Any, stage: Callable[[Any, Any], T]) -> T:
+    """Run a heavy rule's stage: its job spec (:data:`demo2rl.specs.SPECS`, built from the
+    ``snakemake`` object) and its MLflow run, inside :func:`job`."""
+    spec_type = specs.SPECS[smk.rule]
+    spec = jobspec.build(spec_type, smk)
+    with job(smk, stage=spec_type.STAGE, run_name=spec.run_name()) as run:
+        return stage(spec, run)
 
 
 @contextlib.contextmanager

@@ -100,3 +100,15 @@ def variant_of(root: str) -> str:
     """The variant whose results directory is ``root`` (the inverse of :func:`variant_root`)."""
     parent, _, name = root.rstrip("/").rpartition("/")
     return name if parent.endswith(f"/{VARIANTS_DIR}") else BASE_VARIANT
+
+
+SUMMARY_FIGURES = {
+    "curves_png": "plots/learning_curves.png",
+    "returns_png": "plots/final_returns.png",
+}
+RACING_FIGURES = {
+    "track_png": "plots/track_lines.png",
+    "lap_gif": "plots/best_lap.gif",
+}
+"""The figures of a variant's report, under its report directory (the racing ones only for the
+racing task)."""

@@ -4,14 +4,12 @@
   critic warm-up and the guide terms in PPO's update.
 * :mod:`demo2rl.rl.sac`: our SAC update (SB3's mathematics, a batched critic ensemble).
 * :mod:`demo2rl.rl.replay`: the off-policy arms' replay, demonstrations in every batch.
-* :mod:`demo2rl.rl.job`: the train_rl job's spec (:class:`RLJob`).
 * :mod:`demo2rl.rl.trainer`: one run around the recipe: inputs, resume, evaluation and checkpoint
   schedule, SIGTERM.
 * :mod:`demo2rl.rl.state`: the state directory: the run's key, its lock, its resumable state.
 * :mod:`demo2rl.rl.progress`: the progress log lines, the metrics sink and the output tables.
 """
 
-from demo2rl.rl.job import RLJob
 from demo2rl.rl.progress import evaluations_table, progress_table
 from demo2rl.rl.recipe import (
     DemoSAC,
@@ -44,7 +42,6 @@ __all__ = [
     "Guide",
     "GuidedPPO",
     "Preempted",
-    "RLJob",
     "RLResult",
     "Start",
     "StateDirBusy",

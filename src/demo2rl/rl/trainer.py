@@ -27,8 +27,8 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
 from demo2rl import acting, arms, checkpoints, dataset, evaluation, io, policy, seeds, tasks
 from demo2rl.rl import position, recipe, state
-from demo2rl.rl.job import RLJob
 from demo2rl.rl.progress import LogLines, MetricsSink
+from demo2rl.specs import RLJob
 
 log = logging.getLogger(__package__)  # "demo2rl.rl", as in every job log before the split
 

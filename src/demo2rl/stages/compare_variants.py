@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from demo2rl import groups, io, summary
+from demo2rl.specs import CompareJob
 
 if TYPE_CHECKING:
     from demo2rl.tracking import Run  # annotations only: importing it imports MLflow
@@ -27,36 +28,32 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def compare_variants(
-    *,
-    summaries: Mapping[str, str],
-    episodes: Mapping[str, str],
-    progress: Mapping[str, Mapping[str, str]],
-    overrides: Mapping[str, Mapping[str, Any]],
-    variants_json: str,
-    variants_md: str,
-    figure: str,
-    bootstrap_reps: int,
-    confidence: float,
-    seed: int,
-    run: Run,
-) -> dict[str, Any]:
-    """Compare every variant's policy groups with the base's; write ``variants_json`` and
-    ``variants_md`` (which links to ``figure``).
+def compare_variants(job: CompareJob, run: Run) -> dict[str, Any]:
+    """Compare every variant's policy groups with the base's; write ``variants.json`` and
+    ``variants.md`` (which links to ``job.figure``).
 
-    ``summaries`` and ``episodes`` map each variant, the base first, to its ``summary.json`` and
-    ``episodes.csv``; ``progress`` maps it to its RL runs' policy names and their
-    ``progress.csv`` (a run the variant shares with the base appears under both); ``overrides``
-    maps it to its overrides of the base config, as declared. Every variant must have been
+    ``job.summaries`` and ``job.episodes`` are each variant's ``summary.json`` and
+    ``episodes.csv``, in the order of ``job.overrides`` (each variant, the base first, with its
+    overrides of the base config, as declared); ``job.progress`` are the RL runs'
+    ``progress.csv`` of each ``[variant, policy]`` of ``job.progress_runs`` (a run the variant
+    shares with the base appears under both). Every variant must have been
     evaluated on the base's tracks: P(variant > base) compares the two on each track. Metrics and
     files also go to the workflow's parent run, beside the summary's.
     """
-    variants = list(summaries)
-    if not variants or list(episodes) != variants or list(overrides) != variants:
+    overrides = job.overrides
+    variants = list(overrides)  # the base first
+    if not variants or not len(job.summaries) == len(job.episodes) == len(variants):
         raise ValueError(
-            f"summaries, episodes and overrides name other variants or in another order: "
-            f"{variants}, {list(episodes)}, {list(overrides)}"
+            f"{len(variants)} variants {variants}, but {len(job.summaries)} summaries and "
+            f"{len(job.episodes)} episode tables"
         )
+    summaries = dict(zip(variants, job.summaries, strict=True))
+    episodes = dict(zip(variants, job.episodes, strict=True))
+    progress: dict[str, dict[str, str]] = {v: {} for v in variants}
+    for (variant, policy), path in zip(job.progress_runs, job.progress, strict=True):
+        progress[variant][policy] = path
+    variants_json, variants_md, figure = job.variants_json, job.variants_md, job.figure
+    bootstrap_reps, confidence, seed = job.bootstrap_reps, job.confidence, job.seed
     base = variants[0]
     loaded = {v: json.loads(Path(summaries[v]).read_text()) for v in variants}
     tracks = [int(t) for t in loaded[base]["tracks"]]

@@ -23,7 +23,7 @@ from demo2rl import (
     rollout,
     tasks,
 )
-from demo2rl.config import TaskConfig
+from demo2rl.specs import EvaluateJob
 
 if TYPE_CHECKING:
     from demo2rl.tracking import Run  # annotations only: importing it imports MLflow
@@ -31,27 +31,18 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def evaluate_policy(
-    *,
-    name: str,
-    checkpoint: str | None,
-    demos_path: str | None,
-    out: str,
-    task: TaskConfig,
-    episodes: int,
-    seed: int,
-    n_envs: int,
-    run: Run,
-) -> dict[str, Any]:
-    """Evaluate one policy (``expert``, ``bc`` or ``rl-<init>-seed<s>``) on the held-out tracks.
+def evaluate_policy(job: EvaluateJob, run: Run) -> dict[str, Any]:
+    """Evaluate one policy (``expert``, ``bc`` or ``rl-<arm>-seed<s>``) on the held-out tracks.
 
     Writes the evaluation record (per-episode metrics, the raw info values, the first episode's
-    actions for replays) to ``out`` and logs its means on the job's run, tagged with the policy.
-    A learned policy's network is built from the config its checkpoint records, and the
-    checkpoint must record the content hash of ``demos_path`` (the experiment's dataset) as the
-    one it was trained on. ``n_envs`` (envs stepped together) changes speed, never results, and
-    ``task.timeout_s`` (each env or expert call's time limit) only whether a hung call fails.
+    actions for replays) to ``job.out`` and logs its means on the job's run, tagged with the
+    policy. A learned policy's network is built from the config its checkpoint records, and the
+    checkpoint must record the content hash of ``job.demos`` (the experiment's dataset) as the
+    one it was trained on. ``job.envs`` (envs stepped together) changes speed, never results,
+    and ``task.timeout_s`` (each env or expert call's time limit) only whether a hung call fails.
     """
+    name, checkpoint, demos_path, out = job.policy, job.checkpoint, job.demos, job.out
+    task, episodes, seed, n_envs = job.task, job.episodes, job.seed, job.envs
     torch.set_num_threads(1)  # one thread: fastest for small MLPs, and results stay exact
     group = groups.policy_group(name)
     env_id, env_kwargs = task.env_id, task.env_kwargs

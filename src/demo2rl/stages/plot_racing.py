@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from demo2rl import groups, names, plots
-from demo2rl.envs import racing, replay
+from demo2rl import racing_replay as replay
+from demo2rl.envs import racing
 
 if TYPE_CHECKING:
     from demo2rl.tracking import Run  # annotations only: importing it imports MLflow

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from demo2rl import arms, io, names, provenance, summary
+from demo2rl.specs import SummarizeJob
 
 if TYPE_CHECKING:
     from demo2rl.tracking import Run  # annotations only: importing it imports MLflow
@@ -29,35 +30,19 @@ LEVELS = (names.EXPERT, names.BC)
 """Groups drawn as reference levels beside the RL learning curves."""
 
 
-def summarize(
-    *,
-    evaluations: Sequence[str],
-    curves: Mapping[str, str],
-    summary_json: str,
-    summary_md: str,
-    tables: Mapping[str, str],
-    plot_links: Mapping[str, str],
-    bootstrap_reps: int,
-    confidence: float,
-    seed: int,
-    curve_tracks: int,
-    variant: str,
-    run: Run,
-    progress: Mapping[str, str] | None = None,
-    budgets: Mapping[str, int] | None = None,
-) -> dict[str, Any]:
+def summarize(job: SummarizeJob, run: Run) -> dict[str, Any]:
     """Aggregate the evaluation records; write the summary, its tables and the curve bands.
 
-    ``curves`` maps each RL run's policy name to its ``evaluations.csv`` (learning curves,
-    evaluated on the first ``curve_tracks`` held-out tracks); their bootstrap bands and the
-    expert's and clone's levels on the same tracks go into ``summary_json`` for the rule that
-    draws them. ``tables`` maps ``policies``, ``improvement``, ``runs`` and ``episodes`` to CSV
-    paths; ``plot_links`` maps a title to a figure that ``summary_md`` links to.
+    ``job.curves`` are the RL runs' ``evaluations.csv`` (learning curves, evaluated on the first
+    ``job.curve_tracks`` held-out tracks); their bootstrap bands and the expert's and clone's
+    levels on the same tracks go into ``summary.json`` for the rule that draws them, with the
+    tables ``policies``, ``improvement``, ``runs`` and ``episodes`` as CSV; ``summary.md`` links
+    to ``job.figures``.
 
-    ``progress`` maps each RL run's policy name to its SB3 ``progress.csv``: the run's training
-    seconds (wall and CPU) and its learning curve against wall seconds (``learning_curves_wall``);
-    ``budgets`` maps each arm to its env steps per run (:func:`demo2rl.groups.arm_budget`). Per
-    RL arm its budget, its cost and how soon it reaches scratch PPO's final return and the
+    ``job.progress`` are the same runs' SB3 ``progress.csv``: each run's training seconds (wall
+    and CPU) and its learning curve against wall seconds (``learning_curves_wall``);
+    ``job.budgets`` maps each arm to its env steps per run (:func:`demo2rl.groups.arm_budget`).
+    Per RL arm its budget, its cost and how soon it reaches scratch PPO's final return and the
     expert's go into ``arms`` (:func:`demo2rl.summary.arm_costs`); a figure without its input
     (no progress table, no budget) is None there.
 
@@ -66,6 +51,16 @@ def summarize(
     seed runs), tagged with ``variant`` (the config variant's name, ``base`` for the base
     config), so the UI's runs table compares the arms row by row.
     """
+    evaluations, variant, budgets = job.evaluations, job.variant, job.budgets
+    curves = dict(zip(job.curve_runs, job.curves, strict=True))
+    progress = dict(zip(job.curve_runs, job.progress, strict=True))
+    bootstrap_reps, confidence, seed = job.bootstrap_reps, job.confidence, job.seed
+    curve_tracks, summary_json, summary_md = job.curve_tracks, job.summary_json, job.summary_md
+    tables = {k: getattr(job, k) for k in ("policies", "improvement", "runs", "episodes")}
+    plot_links = {
+        "Learning curves": job.figures["curves_png"],
+        "Final returns": job.figures["returns_png"],
+    }
     records = [json.loads(Path(p).read_text()) for p in evaluations]
     result = summary.summarize(records, reps=bootstrap_reps, confidence=confidence, seed=seed)
     for name, rows in summary.tables(result).items():

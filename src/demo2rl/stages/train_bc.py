@@ -6,7 +6,6 @@ is not part of this stage's code fingerprint.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 from typing import TYPE_CHECKING, Any
@@ -14,41 +13,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from demo2rl import acting, bc, checkpoints, dataset, evaluation, io, provenance, tasks
-from demo2rl.config import BCConfig, PolicyConfig, TaskConfig
-from demo2rl.jobspec import path, speed
+from demo2rl.specs import BCJob
 
 if TYPE_CHECKING:
     from demo2rl.tracking import Run  # annotations only: importing it imports MLflow
 
 log = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class BCJob:
-    """The train_bc job, as scripts/train_bc.py builds it from the rule.
-
-    :param task: the env and its expert (the held-out comparison drives both).
-    :param policy: the network config shared with PPO.
-    :param bc: the ``bc`` section.
-    :param seed: the workflow's base seed.
-    :param eval_episodes: held-out episodes of the clone-vs-expert comparison.
-    :param demos: the merged dataset.
-    :param policy_out: the clone's checkpoint.
-    :param metrics_out: the training history and the comparison.
-    :param threads: torch threads (and loader workers when streaming).
-    :param eval_envs: envs stepped together in the comparison.
-    """
-
-    task: TaskConfig
-    policy: PolicyConfig
-    bc: BCConfig
-    seed: int
-    eval_episodes: int
-    demos: str = path()
-    policy_out: str = path()
-    metrics_out: str = path()
-    threads: int = speed()
-    eval_envs: int = speed()
 
 
 def train_bc(job: BCJob, run: Run) -> dict[str, Any]:

@@ -8,13 +8,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from demo2rl import checkpoints, dataset, io, jobspec, provenance, rl, tasks
+from demo2rl.specs import RLJob
 
 if TYPE_CHECKING:
     from demo2rl.tracking import Run  # annotations only: importing it imports MLflow
 
 
-def train_rl(job: rl.RLJob, run: Run) -> rl.RLResult:
-    """One RL run of an arm and seed (:class:`demo2rl.rl.RLJob`); resumes from its state dir,
+def train_rl(job: RLJob, run: Run) -> rl.RLResult:
+    """One RL run of an arm and seed (:class:`demo2rl.specs.RLJob`); resumes from its state dir,
     then writes its policy, progress and evaluations (see :func:`run_key` for what resumes)."""
     digest = dataset.verify(job.demos)  # a truncated or altered dataset stops the run here
     run.log_dataset(job.demos, digest, context="training" if job.clone else "normalisation")
@@ -52,12 +53,12 @@ def train_rl(job: rl.RLJob, run: Run) -> rl.RLResult:
     return result
 
 
-def run_key(job: rl.RLJob, demos_digest: str, clone_digest: str | None) -> dict[str, Any]:
+def run_key(job: RLJob, demos_digest: str, clone_digest: str | None) -> dict[str, Any]:
     """The run's resume key: every field of the job that can change its result
     (:func:`demo2rl.jobspec.result_fields`: all but paths and speed settings), the content of
     its inputs (the dataset's content hash, the clone file's digest, None without a clone) and
     the code of this stage and of the task's env. State left by a run of another config, other
-    inputs or other code is never resumed; a field added to :class:`demo2rl.rl.RLJob` is covered
+    inputs or other code is never resumed; a field added to :class:`demo2rl.specs.RLJob` is covered
     without a word here."""
     return rl.run_key(
         {

@@ -19,19 +19,20 @@ from typing import Any
 
 import yaml
 
-from demo2rl import arms, config, groups, names, probe, provenance, tasks, variants, vec_kinds
+from demo2rl import (
+    arms,
+    config,
+    groups,
+    jobspec,
+    names,
+    probe,
+    provenance,
+    specs,
+    tasks,
+    variants,
+    vec_kinds,
+)
 from demo2rl.workflow import graph
-
-SUMMARY_FIGURES = {
-    "curves_png": "plots/learning_curves.png",
-    "returns_png": "plots/final_returns.png",
-}
-RACING_FIGURES = {
-    "track_png": "plots/track_lines.png",
-    "lap_gif": "plots/best_lap.gif",
-}
-"""The figures of a variant's report, under its report directory (the racing ones only for the
-racing task)."""
 
 
 @functools.cache
@@ -51,7 +52,7 @@ def _probed(task_json: str) -> probe.Probe:
     return probe.probe_task(json.loads(task_json))
 
 
-def resolve(name: str, cfg: dict[str, Any]) -> dict[str, Any]:
+def resolve(name: str, cfg: dict[str, Any], gpus: int | None = None) -> dict[str, Any]:
     """A variant's config as its jobs read it: checked, its task probed (a bad key, a space the
     workflow cannot use or an expert that does not fit fails here, before any job, naming the
     variant), the `auto` and `all` values resolved as they run, keys sorted."""
@@ -73,15 +74,19 @@ def resolve(name: str, cfg: dict[str, Any]) -> dict[str, Any]:
     cfg["rl"]["vec_env"] = vec_kinds.resolve_vec_env(
         cfg["rl"]["vec_env"], cfg["task"]["env_id"], cfg["task"]["frame_stack"]
     )
-    # `rl.device: auto` as it runs: CUDA for a CNN policy where this machine has an NVIDIA GPU
-    # (the job then requests the `gpu` resource), else the CPU, where small MLPs train fastest
-    cfg["rl"]["device"] = config.rl_device(cfg["rl"]["device"], found.images)
+    # `auto` devices as they run (one policy for BC and RL, config.device): CUDA for a CNN
+    # policy where the invocation has GPUs (the job then requests the `gpu` resource)
+    for section in ("bc", "rl"):
+        cfg[section]["device"] = config.device(cfg[section]["device"], found.images, gpus)
     # params compare as text: sort the config's keys, so that their order in a file never counts
     return config.canonical(cfg)
 
 
 def variant_configs(
-    base: Mapping[str, Any], leaves: Mapping[str, Mapping[str, Any]], schema: Path = config.SCHEMA
+    base: Mapping[str, Any],
+    leaves: Mapping[str, Mapping[str, Any]],
+    schema: Path = config.SCHEMA,
+    gpus: int | None = None,
 ) -> dict[str, dict[str, Any]]:
     """The base config (schema-validated already) and every variant's, each validated by the
     schema and resolved (:func:`resolve`), the base first."""
@@ -89,7 +94,7 @@ def variant_configs(
     from snakemake.utils import validate
 
     plain = {k: v for k, v in base.items() if k != "variants"}
-    configs = {names.BASE_VARIANT: resolve(names.BASE_VARIANT, copy.deepcopy(plain))}
+    configs = {names.BASE_VARIANT: resolve(names.BASE_VARIANT, copy.deepcopy(plain), gpus)}
     try:
         declared = variants.declared(base["variants"])
         for name, overrides in declared.items():
@@ -102,7 +107,7 @@ def variant_configs(
             validate(merged, str(schema))
         except WorkflowError as err:
             raise PlanError(f"variant {name!r}: {err}") from None
-        configs[name] = resolve(name, merged)
+        configs[name] = resolve(name, merged, gpus)
     return configs
 
 
@@ -155,15 +160,19 @@ class Plan:
 
     :param cfg: the config as Snakemake holds it (validated by the schema, defaults filled).
     :param schema: the config schema (its ``x-read-by`` says what each rule reads).
+    :param gpus: the ``gpu`` resource the invocation declares, if any (where ``auto`` devices
+        may pick CUDA: :func:`demo2rl.config.device`).
     """
 
-    def __init__(self, cfg: Mapping[str, Any], schema: Path = config.SCHEMA) -> None:
+    def __init__(
+        self, cfg: Mapping[str, Any], schema: Path = config.SCHEMA, gpus: int | None = None
+    ) -> None:
         leaves = variants.schema_leaves(yaml.safe_load(Path(schema).read_text()))
         self.results = f"results/{cfg['experiment']}"
         """The experiment's results directory (the base variant's)."""
         self.variants = {
             name: Variant(name, resolved, self.results)
-            for name, resolved in variant_configs(cfg, leaves, schema).items()
+            for name, resolved in variant_configs(cfg, leaves, schema, gpus).items()
         }
         """Every variant, by name, the base first."""
         self.base = self.variants[names.BASE_VARIANT]
@@ -209,10 +218,64 @@ class Plan:
         """The directory of ``variant``'s RL run ``run``, where its owner writes it."""
         return run.dir(self.owner_root(variant, ("rl", run.arm, str(run.seed))))
 
-    def rl_params(self, variant: Variant, arm: str) -> dict[str, Any]:
-        """The ``rl`` slice a run of ``arm`` reads (its algorithm's and its own section; not
-        ``checkpoint_every``, a resource)."""
-        return groups.arm_rl_config(variant.config["rl"], arm)
+    def shards(self, variant: Variant) -> list[str]:
+        """The shards ``variant``'s dataset merges, in order (each a collect_shard job's)."""
+        return [f"{variant.root}/demos/shard-{i}.h5" for i in range(variant.collect.n_shards)]
+
+    def summary_inputs(self, variant: Variant) -> dict[str, list[str]]:
+        """What ``variant``'s summary reads: every policy's evaluation, and each RL run's
+        learning curve and progress table (wherever their owners wrote them)."""
+        dirs = [self.run_dir(variant, run) for run in variant.runs]
+        return {
+            "evaluations": [self.output(variant, ("evaluation", p)) for p in variant.policies],
+            "curves": [f"{d}/evaluations.csv" for d in dirs],
+            "progress": [f"{d}/progress.csv" for d in dirs],
+        }
+
+    def comparison_inputs(self) -> dict[str, list[str]]:
+        """What the comparison across variants reads: each variant's summary and episode table,
+        and every RL run's progress table (:attr:`specs.CompareJob.progress_runs` order)."""
+        reports = [v.report for v in self.variants.values()]
+        return {
+            "summaries": [f"{r}/summary.json" for r in reports],
+            "episodes": [f"{r}/episodes.csv" for r in reports],
+            "progress": [
+                f"{self.run_dir(v, run)}/progress.csv"
+                for v in self.variants.values()
+                for run in v.runs
+            ],
+        }
+
+    def subject(self, wildcards: Any) -> Variant | Plan:
+        """What a job's spec getters read: the variant whose results its ``root`` wildcard is,
+        or for a job across the variants (no ``root``), the plan."""
+        root = getattr(wildcards, "root", None)
+        return self if root is None else self.at(root)
+
+    def params(self, rule: str) -> dict[str, Any]:
+        """The params of ``rule``: its spec's result fields (and params-passed paths), each as an
+        input function of the job's wildcards, and ``code``, the fingerprint of the code the
+        rule runs (editing that code reruns it)."""
+        spec = specs.SPECS[rule]
+        out = {
+            name: self._per_job(get) for name, get in jobspec.fields_from(spec, "params").items()
+        }
+        out["code"] = lambda wc: self.code(rule, self.subject(wc) if spec.TASK_CODE else None)
+        return out
+
+    def resources(self, rule: str) -> dict[str, Any]:
+        """The resources of ``rule`` that its spec's speed fields are (they rerun nothing)."""
+        return {
+            name: self._per_job(get)
+            for name, get in jobspec.fields_from(specs.SPECS[rule], "resources").items()
+        }
+
+    def _per_job(self, get: jobspec.Getter) -> Any:
+        return lambda wildcards: get(self.subject(wildcards), wildcards)
+
+    def arm_looks(self) -> dict[str, list[str]]:
+        """Every arm's label and colour, over the variants."""
+        return {arm: look for v in self.variants.values() for arm, look in v.arm_looks.items()}
 
     @staticmethod
     def code(stage: str, task_of: Variant | None = None) -> str:
@@ -222,7 +285,7 @@ class Plan:
 
     def report_targets(self, variant: Variant) -> list[str]:
         """What ``variant``'s report is (the clone's loss plot is its clone's)."""
-        figures = {**SUMMARY_FIGURES, **(RACING_FIGURES if variant.racing else {})}
+        figures = {**names.SUMMARY_FIGURES, **(names.RACING_FIGURES if variant.racing else {})}
         return [
             f"{variant.report}/summary.md",
             f"{variant.report}/summary.json",
