@@ -146,19 +146,13 @@ def _train(
     threads: int,
     on_epoch: Callable[[dict[str, float]], None] | None,
 ) -> BCResult:
+    """Clone ``data`` into a fresh policy: its initial weights (:func:`_initial_policy`), the
+    loaders of its splits, the epochs (:func:`_fit`), and the best epoch's weights."""
     start_time = time.perf_counter()
     obs_space = space_from_description(data.demos.attrs["observation_space"])
     act_space = space_from_description(data.demos.attrs["action_space"])
     normalizer = data.normalizer(cfg.clip_obs)
-
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        policy = build_policy(obs_space, act_space, policy_cfg)
-    policy = policy.to(device)
-    optimizer = torch.optim.Adam(actor_parameters(policy), lr=cfg.learning_rate)
-    generator = torch.Generator().manual_seed(seed)
-    shifts = torch.Generator().manual_seed(seed + 1)  # augmentation's own draws
-
+    policy = _initial_policy(obs_space, act_space, policy_cfg, seed, device)
     train, valid, data_path = bc_data.loaders(
         data, normalizer, act_space, device, cfg.memory_fraction, workers=max(1, threads)
     )
@@ -171,74 +165,16 @@ def _train(
         device,
         seed,
     )
-
-    history: list[dict[str, float]] = []
-    best = {"nll": math.inf, "epoch": 0, "state": _state_copy(policy)}
-    stop_reason = f"max_epochs reached ({cfg.max_epochs})"
-    select_on = "valid_nll" if valid.n else "train_nll"
-    if not valid.n:
-        log.warning("empty validation split: early stopping on the training NLL")
-    for epoch in range(1, cfg.max_epochs + 1):
-        epoch_start = time.perf_counter()
-        batches = train.batches(cfg.batch_size, generator)
-        if cfg.augment and data.images:
-            batches = ((random_shift(obs, cfg.augment, shifts), act) for obs, act in batches)
-        try:
-            train_nll, _ = train_epoch(
-                policy, optimizer, batches, ent_coef=cfg.ent_coef, l2_coef=cfg.l2_coef
-            )
-        except ValueError as err:  # torch: the action distribution's parameters are invalid
-            what = f"the policy's action distribution is invalid ({str(err).splitlines()[0]})"
-            raise Diverged(what, epoch, seed, cfg) from None
-        train_seconds = time.perf_counter() - epoch_start
-        eval_batch = IMAGE_EVAL_BATCH if data.images else EVAL_BATCH
-        valid_nll = evaluate_nll(policy, valid, eval_batch) if valid.n else math.nan
-        record = {
-            "epoch": epoch,
-            "train_nll": train_nll,
-            "valid_nll": valid_nll,
-            "samples_per_s": train.n / train_seconds,
-            "seconds": time.perf_counter() - epoch_start,
-        }
-        if not math.isfinite(train_nll):
-            raise Diverged(f"the training loss (NLL) is {train_nll}", epoch, seed, cfg)
-        history.append(record)
-        if record[select_on] < best["nll"]:
-            best = {"nll": record[select_on], "epoch": epoch, "state": _state_copy(policy)}
-        log.info(
-            "epoch %d/%d train_nll %.4f valid_nll %.4f (best %.4f @ %d) %.0f samples/s %.2f s",
-            epoch,
-            cfg.max_epochs,
-            train_nll,
-            valid_nll,
-            best["nll"],
-            best["epoch"],
-            record["samples_per_s"],
-            record["seconds"],
-        )
-        if on_epoch is not None:
-            on_epoch(dict(record))
-        if epoch - best["epoch"] >= cfg.patience:
-            stop_reason = (
-                f"patience: no {select_on.split('_')[0]} improvement for {cfg.patience} epochs"
-            )
-            break
-    log.info(
-        "BC stopped: %s; best epoch %d (%s %.4f)",
-        stop_reason,
-        best["epoch"],
-        select_on,
-        best["nll"],
-    )
-    policy.load_state_dict(best["state"])
+    fit = _fit(policy, train, valid, cfg, seed, images=data.images, on_epoch=on_epoch)
+    policy.load_state_dict(fit.best_state)
     policy.eval()
     return BCResult(
         policy=policy,
         normalizer=normalizer,
-        history=history,
-        best_epoch=best["epoch"],
-        best_valid_nll=best["nll"] if valid.n else math.nan,
-        stop_reason=stop_reason,
+        history=fit.history,
+        best_epoch=fit.best_epoch,
+        best_valid_nll=fit.best_nll if valid.n else math.nan,
+        stop_reason=fit.stop_reason,
         data_path=data_path,
         device=str(device),
         observation_space=obs_space,
@@ -248,6 +184,153 @@ def _train(
         dataset_hash=data.demos.attrs.get("content_hash"),
         seconds=time.perf_counter() - start_time,
     )
+
+
+def _initial_policy(
+    obs_space: gym.Space,
+    act_space: gym.Space,
+    policy_cfg: PolicyConfig,
+    seed: int,
+    device: torch.device,
+) -> ActorCriticPolicy:
+    """The policy BC starts from, on ``device``: its initial weights drawn from ``seed`` alone
+    (``torch.manual_seed`` inside a forked RNG, so the caller's global stream is left as it
+    was)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        policy = build_policy(obs_space, act_space, policy_cfg)
+    return policy.to(device)
+
+
+@dataclasses.dataclass
+class _Fit:
+    """How BC's epochs went (:func:`_fit`)."""
+
+    history: list[dict[str, float]]
+    """Each epoch's record, as ``on_epoch`` received it."""
+    best_nll: float
+    """The lowest NLL the selection reads (validation, or training without a validation split);
+    infinite before the first epoch."""
+    best_epoch: int
+    """The epoch of :attr:`best_nll` (0: the initial weights)."""
+    best_state: dict[str, torch.Tensor]
+    """The policy's weights after :attr:`best_epoch`."""
+    stop_reason: str
+
+
+def _fit(
+    policy: ActorCriticPolicy,
+    train: bc_data.Loader,
+    valid: bc_data.Loader,
+    cfg: BCConfig,
+    seed: int,
+    *,
+    images: bool,
+    on_epoch: Callable[[dict[str, float]], None] | None,
+) -> _Fit:
+    """Train the policy's actor epoch by epoch with Adam (:func:`_epoch`), keeping the weights of
+    the epoch with the lowest validation NLL (training NLL without a validation split), until
+    ``patience`` epochs pass without improvement or ``max_epochs`` are done. The shuffles draw
+    from a generator seeded with ``seed``, the augmentation's shifts from one seeded with
+    ``seed + 1``."""
+    optimizer = torch.optim.Adam(actor_parameters(policy), lr=cfg.learning_rate)
+    generator = torch.Generator().manual_seed(seed)
+    shifts = torch.Generator().manual_seed(seed + 1)  # augmentation's own draws
+    fit = _Fit(
+        history=[],
+        best_nll=math.inf,
+        best_epoch=0,
+        best_state=_state_copy(policy),
+        stop_reason=f"max_epochs reached ({cfg.max_epochs})",
+    )
+    select_on = "valid_nll" if valid.n else "train_nll"
+    if not valid.n:
+        log.warning("empty validation split: early stopping on the training NLL")
+    for epoch in range(1, cfg.max_epochs + 1):
+        record = _epoch(
+            policy,
+            optimizer,
+            train,
+            valid,
+            epoch=epoch,
+            cfg=cfg,
+            seed=seed,
+            generator=generator,
+            shifts=shifts if cfg.augment and images else None,
+            eval_batch=IMAGE_EVAL_BATCH if images else EVAL_BATCH,
+        )
+        fit.history.append(record)
+        if record[select_on] < fit.best_nll:
+            fit.best_nll, fit.best_epoch = record[select_on], epoch
+            fit.best_state = _state_copy(policy)
+        log.info(
+            "epoch %d/%d train_nll %.4f valid_nll %.4f (best %.4f @ %d) %.0f samples/s %.2f s",
+            epoch,
+            cfg.max_epochs,
+            record["train_nll"],
+            record["valid_nll"],
+            fit.best_nll,
+            fit.best_epoch,
+            record["samples_per_s"],
+            record["seconds"],
+        )
+        if on_epoch is not None:
+            on_epoch(dict(record))
+        if epoch - fit.best_epoch >= cfg.patience:
+            fit.stop_reason = (
+                f"patience: no {select_on.split('_')[0]} improvement for {cfg.patience} epochs"
+            )
+            break
+    log.info(
+        "BC stopped: %s; best epoch %d (%s %.4f)",
+        fit.stop_reason,
+        fit.best_epoch,
+        select_on,
+        fit.best_nll,
+    )
+    return fit
+
+
+def _epoch(
+    policy: ActorCriticPolicy,
+    optimizer: torch.optim.Optimizer,
+    train: bc_data.Loader,
+    valid: bc_data.Loader,
+    *,
+    epoch: int,
+    cfg: BCConfig,
+    seed: int,
+    generator: torch.Generator,
+    shifts: torch.Generator | None,
+    eval_batch: int,
+) -> dict[str, float]:
+    """One epoch: Adam steps on the training split's batches, shuffled by ``generator`` (and
+    shifted by up to ``bc.augment`` pixels drawn from ``shifts``, unless it is None), then the
+    validation NLL, ``eval_batch`` rows per pass; returns the epoch's record. A training loss
+    that goes non-finite raises :class:`Diverged`."""
+    epoch_start = time.perf_counter()
+    batches = train.batches(cfg.batch_size, generator)
+    if shifts is not None:
+        batches = ((random_shift(obs, cfg.augment, shifts), act) for obs, act in batches)
+    try:
+        train_nll, _ = train_epoch(
+            policy, optimizer, batches, ent_coef=cfg.ent_coef, l2_coef=cfg.l2_coef
+        )
+    except ValueError as err:  # torch: the action distribution's parameters are invalid
+        what = f"the policy's action distribution is invalid ({str(err).splitlines()[0]})"
+        raise Diverged(what, epoch, seed, cfg) from None
+    train_seconds = time.perf_counter() - epoch_start
+    valid_nll = evaluate_nll(policy, valid, eval_batch) if valid.n else math.nan
+    record = {
+        "epoch": epoch,
+        "train_nll": train_nll,
+        "valid_nll": valid_nll,
+        "samples_per_s": train.n / train_seconds,
+        "seconds": time.perf_counter() - epoch_start,
+    }
+    if not math.isfinite(train_nll):
+        raise Diverged(f"the training loss (NLL) is {train_nll}", epoch, seed, cfg)
+    return record
 
 
 class Diverged(FloatingPointError):
