@@ -14,6 +14,9 @@ The experiment also gets the runs table's view of its arm runs (:data:`VIEW_TAG`
 filter and a sort order fit in the UI's address, but the columns shown do not, and MLflow 3.17's
 runs table shows no metric column until one is chosen. The view is stored as the UI's own Share
 button stores one, so ``?viewStateShareKey=`` :data:`VIEW_KEY` opens it (:mod:`.ui`).
+
+This module says what an arm run holds and replaces; :meth:`demo2rl.tracking.run.Run.log_arm`
+sends it through the outbox of the job that logs it.
 """
 
 from __future__ import annotations
@@ -23,11 +26,11 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 
-from mlflow.entities import Metric, RunStatus, ViewType
+from mlflow.entities import Metric, ViewType
+from mlflow.tracking import MlflowClient
 
 from demo2rl.names import BASE_VARIANT
 from demo2rl.tracking.lineage import ids_tag, upstream_runs
-from demo2rl.tracking.run import PARENT_ENV, Run
 
 RESULT_NEUTRAL = True
 """Tracking cannot change a result: no code fingerprint covers this module."""
@@ -73,81 +76,67 @@ def arm_view() -> str:
     )
 
 
-class ArmRun(Run):
-    """The run of one arm. Its calls go through the outbox of the job that logs it (the
-    summary's), so they are sent in order after the job's own, retried while the store is
-    unreachable, and waited for when the job ends, like every call of the job."""
+def tags(
+    arm: str,
+    variant: str,
+    inputs: Mapping[str, Sequence[str | os.PathLike[str]]],
+    parent: str | None,
+) -> dict[str, str]:
+    """The tags of the run of ``arm`` in ``variant``: its stage, arm and variant, its ``parent``
+    run (the workflow's; None outside a workflow) and the seed runs that wrote ``inputs``
+    (by rule)."""
+    out = {STAGE_TAG: ARM_STAGE, ARM_TAG: arm, VARIANT_TAG: variant}
+    if parent:
+        out["mlflow.parentRunId"] = parent
+    for rule, paths in inputs.items():
+        ids = [i for found in upstream_runs(paths).values() for i in found]
+        if ids:
+            out[f"{SEED_RUNS_TAG}.{rule}"] = ids_tag(ids)
+    return out
 
-    def __init__(self, job: Run, arm: str, variant: str) -> None:
-        super().__init__(outbox=job.outbox)
-        self.arm, self.variant = arm, variant
 
-    def log(
-        self,
-        metrics: Mapping[str, float],
-        curve: Mapping[str, Sequence[float]],
-        inputs: Mapping[str, Sequence[str | os.PathLike[str]]],
-    ) -> None:
-        """Queue the run's creation, its ``metrics``, the ``curve`` band (``step``, ``mean``,
-        ``low``, ``high``; empty for none), the tags naming the runs that wrote ``inputs`` (by
-        rule), its end, the deletion of the runs it replaces, and the experiment's view of its
-        arm runs."""
-        tags = {STAGE_TAG: ARM_STAGE, ARM_TAG: self.arm, VARIANT_TAG: self.variant}
-        parent = os.environ.get(PARENT_ENV)
-        if parent:
-            tags["mlflow.parentRunId"] = parent
-        for rule, paths in inputs.items():
-            ids = [i for found in upstream_runs(paths).values() for i in found]
-            if ids:
-                tags[f"{SEED_RUNS_TAG}.{rule}"] = ids_tag(ids)
-        self.create(run_name(self.arm, self.variant), tags)
-        self.log_metrics(metrics)
-        self._log_curve(curve)
-        self.terminate(RunStatus.to_string(RunStatus.FINISHED))
-        self._send("delete_runs", self._delete_replaced)
-        self._send("set_experiment_tag", self._set_view)
+def curve_metrics(band: Mapping[str, Sequence[float]]) -> list[Metric]:
+    """A learning-curve band (``step``, ``mean``, ``low``, ``high``; empty for none) as the
+    points of the :data:`CURVE_METRICS` histories, one per env step."""
+    if not band:
+        return []
+    ts = int(time.time() * 1000)
+    return [
+        Metric(key, float(value), ts, int(step))
+        for series, key in CURVE_METRICS.items()
+        for step, value in zip(band["step"], band[series], strict=True)
+    ]
 
-    def _log_curve(self, band: Mapping[str, Sequence[float]]) -> None:
-        """The band's series as metric histories, one point per env step, in as few batch calls
-        as MLflow's limits allow."""
-        if not band:
-            return
-        ts = int(time.time() * 1000)
-        self._log_batch(
-            metrics=[
-                Metric(key, float(value), ts, int(step))
-                for series, key in CURVE_METRICS.items()
-                for step, value in zip(band["step"], band[series], strict=True)
-            ]
+
+def delete_replaced(client: MlflowClient, run_id: str, arm: str, variant: str) -> None:
+    """Soft-delete the live runs of ``arm`` in ``variant`` in the experiment of ``run_id`` other
+    than that run (compared here, not in the filter: a variant's name needs no quoting then)."""
+    experiment_id = client.get_run(run_id).info.experiment_id
+    replaced, token = [], None
+    while True:
+        page = client.search_runs(
+            [experiment_id],
+            filter_string=ARM_FILTER,
+            run_view_type=ViewType.ACTIVE_ONLY,
+            max_results=SEARCH_PAGE,
+            page_token=token,
         )
+        replaced += [
+            r.info.run_id
+            for r in page
+            if r.info.run_id != run_id
+            and r.data.tags.get(ARM_TAG) == arm
+            and r.data.tags.get(VARIANT_TAG) == variant
+        ]
+        token = page.token
+        if not token:
+            break
+    for replaced_id in replaced:
+        client.delete_run(replaced_id)
 
-    def _delete_replaced(self) -> None:
-        """Soft-delete the live arm runs of this (experiment, variant, arm) other than this one
-        (compared here, not in the filter: a variant's name needs no quoting then)."""
-        experiment_id = self.client.get_run(self.run_id).info.experiment_id
-        replaced, token = [], None
-        while True:
-            page = self.client.search_runs(
-                [experiment_id],
-                filter_string=ARM_FILTER,
-                run_view_type=ViewType.ACTIVE_ONLY,
-                max_results=SEARCH_PAGE,
-                page_token=token,
-            )
-            replaced += [
-                r.info.run_id
-                for r in page
-                if r.info.run_id != self.run_id
-                and r.data.tags.get(ARM_TAG) == self.arm
-                and r.data.tags.get(VARIANT_TAG) == self.variant
-            ]
-            token = page.token
-            if not token:
-                break
-        for run_id in replaced:
-            self.client.delete_run(run_id)
 
-    def _set_view(self) -> None:
-        """Store the runs table's view of the arm runs (:func:`arm_view`) in the experiment."""
-        experiment_id = self.client.get_run(self.run_id).info.experiment_id
-        self.client.set_experiment_tag(experiment_id, VIEW_TAG, arm_view())
+def set_view(client: MlflowClient, run_id: str) -> None:
+    """Store the runs table's view of the arm runs (:func:`arm_view`) in the experiment of
+    ``run_id``."""
+    experiment_id = client.get_run(run_id).info.experiment_id
+    client.set_experiment_tag(experiment_id, VIEW_TAG, arm_view())

@@ -15,10 +15,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from mlflow.entities import DatasetInput, LifecycleStage, Metric, Param, RunTag
+from mlflow.entities import DatasetInput, LifecycleStage, Metric, Param, RunStatus, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from demo2rl.tracking import arms
 from demo2rl.tracking.outbox import Outbox, RunMissing
 from demo2rl.tracking.store import ensure_active, ensure_experiment, is_permanent, tracking_uri
 
@@ -119,13 +120,22 @@ class Run:
         curve: Mapping[str, Sequence[float]],
         inputs: Mapping[str, Sequence[str | os.PathLike[str]]],
     ) -> None:
-        """An arm-level run of ``arm`` in ``variant`` (see :mod:`demo2rl.tracking.arms`), sent
-        through this run's outbox: its figures, its mean learning curve (``step``, ``mean``,
+        """An arm-level run of ``arm`` in ``variant`` (:mod:`demo2rl.tracking.arms`), a child of
+        the workflow's parent run: its metrics, its mean learning curve (``step``, ``mean``,
         ``low``, ``high``; empty for none) and the seed runs that wrote ``inputs`` (by rule). It
-        replaces the arm's previous run of the variant."""
-        from demo2rl.tracking.arms import ArmRun  # it builds on this module
-
-        ArmRun(self, arm, variant).log(metrics, curve, inputs)
+        replaces the arm's previous run of the variant, and the experiment gets the runs table's
+        view of its arm runs. Its calls go through this run's outbox: sent in order after this
+        run's own, retried while the store is unreachable, waited for when the job ends."""
+        run = Run(outbox=self.outbox)
+        run.create(
+            arms.run_name(arm, variant),
+            arms.tags(arm, variant, inputs, parent=os.environ.get(PARENT_ENV)),
+        )
+        run.log_metrics(metrics)
+        run._log_batch(metrics=arms.curve_metrics(curve))
+        run.terminate(RunStatus.to_string(RunStatus.FINISHED))
+        run._send("delete_runs", lambda: arms.delete_replaced(run.client, run.run_id, arm, variant))
+        run._send("set_experiment_tag", lambda: arms.set_view(run.client, run.run_id))
 
     def log_dataset(self, path: str | os.PathLike[str], digest: str, context: str) -> None:
         """Record a demonstration dataset as an MLflow dataset input: its path and content hash."""
