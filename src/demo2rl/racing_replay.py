@@ -1,6 +1,5 @@
-"""Replaying a recorded Racing-v0 episode: the line a policy drove, and frames of it.
-
-Used by the report's racing figures only; no stage that produces a result imports it.
+"""Replaying a recorded Racing-v0 episode for the report's racing figures (the plot_racing
+stage): the line a policy drove, and frames of it. No stage that produces a result imports it.
 """
 
 from __future__ import annotations
@@ -14,7 +13,8 @@ import numpy as np
 
 from demo2rl import tasks
 
-# the env draws with it (a deferred import there): imported here, it is in plot_racing's fingerprint
+# the frames are the env's renderer's, which the env leaves out of its own fingerprint (racing.py:
+# UNFINGERPRINTED_IMPORTS): imported here, it is in plot_racing's fingerprint
 from demo2rl.envs import render as _drawing  # noqa: F401
 from demo2rl.envs.tracks import Track
 
