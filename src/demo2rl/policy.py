@@ -98,13 +98,6 @@ def sb3_policy_kwargs(policy_cfg: PolicyConfig, observation_space: gym.Space) ->
 # image observations
 
 
-def is_image(space: gym.Space) -> bool:
-    """Whether the network reads ``space`` as images
-    (:attr:`demo2rl.observations.ObservationKind.image`), so that BC, PPO and evaluation agree
-    with what SB3 does to the env (``VecTransposeImage``, scaling by 1/255)."""
-    return ObservationKind.of(space).image
-
-
 def policy_observation_space(space: gym.Space) -> gym.Space:
     """The observation space the network reads: a channels-last image transposed to
     channels-first (as SB3's ``VecTransposeImage`` does before PPO), any other as it is."""

@@ -24,8 +24,11 @@ import torch
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import CSVOutputFormat, KVWriter, Logger
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
+from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.vec_env import VecEnv
 
 from demo2rl import acting, arms, checkpoints, dataset, evaluation, io, policy, seeds, tasks
+from demo2rl.observations import ObservationKind
 from demo2rl.rl import position, recipe, state
 from demo2rl.rl.progress import LogLines, MetricsSink
 from demo2rl.specs import RLJob
@@ -75,145 +78,251 @@ def train_rl(
 
     Raises :class:`Preempted` after checkpointing when SIGTERM arrives.
     """
-    arm, task, rl_cfg = arms.get(job.arm), job.task, job.rl
+    arm, rl_cfg = arms.get(job.arm), job.rl
     torch.set_num_threads(1)  # small MLPs: one thread is fastest and keeps results exact
     state_dir = Path(job.state_dir)
     with state.lock_state_dir(state_dir):  # held until the run ends: no two trainers share it
         resume = state.claim_state_dir(state_dir, key)
-        demos = dataset.read_tables(job.demos)  # no frames: only a guide needs the steps
-        obs_space, act_space = tasks.spaces(task.env_id, task.env_kwargs, task.frame_stack)
-        dataset.check_dataset(demos, obs_space, act_space, task.env_id)
-        clone = None
-        if job.clone is None:
-            normalizer = policy.obs_transform(obs_space, demos.stats, job.clip_obs)
-        else:  # (RLJob checks that the arms that need it are given it)
-            assert job.clone is not None
-            # the clone must be the config's network: BC trains the same `policy` slice, a warm
-            # start loads it into its own, the residual copies its actor into its base
-            clone, normalizer, ckpt = checkpoints.load_checkpoint(
-                job.clone, obs_space, act_space, job.policy
-            )
-            checkpoints.check_dataset_hash(job.clone, ckpt, job.demos, demos.attrs["content_hash"])
-        env = recipe.make_training_env(task, rl_cfg, normalizer, act_space, n_workers=job.threads)
+        inputs = _read_inputs(job)
+        env = recipe.make_training_env(
+            job.task, rl_cfg, inputs.normalizer, inputs.act_space, n_workers=job.threads
+        )
         try:  # the env (worker processes with subproc) must not outlive a failed start
-            seed = seeds.rl_seed(job.seed, job.run_seed)
-            device = policy.resolve_device(rl_cfg.device, cuda_pays=policy.is_image(obs_space))
-            model = recipe.build_model(
-                recipe.Start(
-                    arm=arm,
-                    env=env,
-                    policy_cfg=job.policy,
-                    rl_cfg=rl_cfg,
-                    clone=clone,
-                    demos=lambda: recipe.demo_tensors(
-                        dataset.read(job.demos), normalizer, act_space, device
-                    ),
-                    transitions=lambda n_steps, gamma: recipe.demo_transitions(
-                        dataset.read(job.demos), act_space, n_steps, gamma
-                    ),
-                    seed=seed,
-                    device=device,
-                )
-            )
-            resumed, evaluations, at = 0, [], None
-            if resume:
-                saved, at = state.load_state(state_dir / state.CHECKPOINT, model)
-                resumed, evaluations = saved["resumed"] + 1, saved["evaluations"]
-                if not (at.env_saved and position.env_is_stateful(env)):
-                    env.seed(seed + resumed * rl_cfg.n_envs)  # new episodes, in the RL seed block
-                    log.warning(
-                        "%s has no state_dict()/load_state_dict(): resuming at step %d with every "
-                        "env reset (new episodes); weights, optimizer and random streams are the "
-                        "checkpoint's, but from here on the run differs from an uninterrupted one",
-                        type(env.unwrapped).__name__,
-                        at.timesteps,
-                    )
-                position.restore(model, at)
-                log.info("resuming from step %d (resume #%d)", model.num_timesteps, resumed)
+            begin = _build_or_resume(job, arm, inputs, env, state_dir if resume else None)
         except BaseException:
             env.close()
             raise
-        if eval_seeds is None:
-            eval_seeds = evaluation.heldout_seeds(job.seed, job.eval_episodes)
-
-        def evaluate() -> dict[str, float]:
-            actor = acting.make_actor(model.policy, normalizer, act_space)
-            result = evaluation.evaluate(task, actor, eval_seeds, n_envs=job.eval_envs)
-            return result.info_means()
-
+        model = begin.model
         schedule = Schedule(
             model,
             state_dir,
-            evaluate,
-            evaluations,
-            resumed,
+            _evaluator(job, model, inputs, eval_seeds),
+            begin.evaluations,
+            begin.resumed,
             rl_cfg.eval_every,
             job.checkpoint_every,
         )
-        total = rl_cfg.budget
-        segment = state_dir / f"progress-{model.num_timesteps:09d}.csv"
-        outputs: list[KVWriter] = [LogLines(total), CSVOutputFormat(str(segment))]
-        if log_metrics is not None:
-            outputs.append(MetricsSink(log_metrics))
-        model.set_logger(Logger(folder=None, output_formats=outputs))
-        if at is not None:  # what the killed run had logged for its next progress row
-            position.restore_log(model.logger, at)
-
-        callback = OnRolloutStart(schedule)
-        previous = signal.signal(signal.SIGTERM, lambda *_: setattr(callback, "stop", True))
+        segment = _set_logger(model, state_dir, rl_cfg.budget, log_metrics, begin.at)
         start = time.perf_counter()
-        try:
-            if getattr(model, "critic_warmup", 0) > model.num_timesteps:
-                log.info("critic warm-up: actor frozen for %d env steps", model.critic_warmup)
-            if model.num_timesteps < total:
-                try:
-                    model.learn(
-                        total - model.num_timesteps,
-                        callback=callback,
-                        reset_num_timesteps=False,
-                        # an off-policy run's rows: every LOG_EVERY steps (OnRolloutStart), not
-                        # SB3's every few episodes (several rows in one step when envs end alike)
-                        log_interval=None if schedule.off_policy else 1,
-                    )
-                except StoppedAtRolloutStart:
-                    pass  # (an off-policy run's checkpoint is saved)
-            if callback.stop:
-                step = schedule.save_last_rollout_start()
-                raise Preempted(f"SIGTERM: checkpoint at step {step}")
-        except OSError as err:  # SB3 appends the progress rows to the segment in place
-            full = None if isinstance(err, io.DiskFull) else io.as_disk_full(err, segment)
-            if full is None:
-                raise
-            raise full from err
-        except recipe.NonFiniteValue as err:
-            last = schedule.last_checkpoint
-            raise recipe.NonFiniteValue(
-                f"{arm.name} arm, seed {job.seed}, env step {model.num_timesteps}: {err}. "
-                f"No policy written; the last checkpoint (step {last}) in {state_dir} "
-                "stays resumable"
-            ) from None
-        finally:
-            # a preempted run is on its way out (checkpoint saved, then its job's tracking
-            # flushed): more SIGTERMs (SLURM signals every process of the job step, Snakemake
-            # passes its own on) must not kill it before it exits with PREEMPTED_EXIT_CODE
-            signal.signal(signal.SIGTERM, signal.SIG_IGN if callback.stop else previous)
-            env.close()
-        end = model.num_timesteps
-        schedule.maybe_evaluate(end, force=schedule.last_eval != end)
-        if schedule.off_policy and schedule.last_dump != end:
-            schedule.dump(end)
-        schedule.save(position.capture(model))
-        model.logger.close()  # the progress segment's file
+        _learn(job, arm, model, env, schedule, segment)
+        _finish(model, schedule)
         log.info("trained %d env steps in %.1f s", model.num_timesteps, time.perf_counter() - start)
         return RLResult(
             model,
-            normalizer,
+            inputs.normalizer,
             schedule.evaluations,
             model.num_timesteps,
-            resumed,
-            obs_space,
-            act_space,
+            begin.resumed,
+            inputs.obs_space,
+            inputs.act_space,
         )
+
+
+@dataclasses.dataclass
+class _Inputs:
+    """What a run reads before it builds its model: the task's spaces, the observation
+    normaliser and, for an arm that uses it, the clone."""
+
+    obs_space: gym.Space
+    act_space: gym.Space
+    normalizer: policy.ObsTransform
+    clone: BasePolicy | None
+
+
+def _read_inputs(job: RLJob) -> _Inputs:
+    """The task's spaces, checked against the dataset, and the normaliser: the clone's (with the
+    clone, checked to be trained on this dataset) or else one from the dataset's statistics."""
+    task = job.task
+    demos = dataset.read_tables(job.demos)  # no frames: only a guide needs the steps
+    obs_space, act_space = tasks.spaces(task.env_id, task.env_kwargs, task.frame_stack)
+    dataset.check_dataset(demos, obs_space, act_space, task.env_id)
+    if job.clone is None:  # (RLJob checks that the arms that need it are given it)
+        normalizer = policy.obs_transform(obs_space, demos.stats, job.clip_obs)
+        return _Inputs(obs_space, act_space, normalizer, clone=None)
+    # the clone must be the config's network: BC trains the same `policy` slice, a warm start
+    # loads it into its own, the residual copies its actor into its base
+    clone, normalizer, ckpt = checkpoints.load_checkpoint(
+        job.clone, obs_space, act_space, job.policy
+    )
+    checkpoints.check_dataset_hash(job.clone, ckpt, job.demos, demos.attrs["content_hash"])
+    return _Inputs(obs_space, act_space, normalizer, clone)
+
+
+@dataclasses.dataclass
+class _Beginning:
+    """The model a run trains and where it begins: step 0, or the checkpoint it resumes."""
+
+    model: recipe.GuidedPPO | recipe.DemoSAC
+    resumed: int
+    """How many times the run has resumed, this time included (0 for a fresh run)."""
+    evaluations: list[dict[str, float]]
+    """The evaluations made before the checkpoint (none for a fresh run)."""
+    at: position.Position | None
+    """The checkpoint's position (None for a fresh run)."""
+
+
+def _build_or_resume(
+    job: RLJob, arm: arms.Arm, inputs: _Inputs, env: VecEnv, resume_from: Path | None
+) -> _Beginning:
+    """The arm's model on ``env``, seeded for the run; with ``resume_from``, restored to the
+    checkpoint saved there. An env that cannot restore its state is reseeded instead (new
+    episodes), with a warning that the run now differs from an uninterrupted one."""
+    rl_cfg, normalizer, act_space = job.rl, inputs.normalizer, inputs.act_space
+    seed = seeds.rl_seed(job.seed, job.run_seed)
+    device = policy.resolve_device(
+        rl_cfg.device, cuda_pays=ObservationKind.of(inputs.obs_space).image
+    )
+    model = recipe.build_model(
+        recipe.Start(
+            arm=arm,
+            env=env,
+            policy_cfg=job.policy,
+            rl_cfg=rl_cfg,
+            clone=inputs.clone,
+            demos=lambda: recipe.demo_tensors(
+                dataset.read(job.demos), normalizer, act_space, device
+            ),
+            transitions=lambda n_steps, gamma: recipe.demo_transitions(
+                dataset.read(job.demos), act_space, n_steps, gamma
+            ),
+            seed=seed,
+            device=device,
+        )
+    )
+    if resume_from is None:
+        return _Beginning(model, resumed=0, evaluations=[], at=None)
+    saved, at = state.load_state(resume_from / state.CHECKPOINT, model)
+    resumed = saved["resumed"] + 1
+    if not (at.env_saved and position.env_is_stateful(env)):
+        env.seed(seed + resumed * rl_cfg.n_envs)  # new episodes, in the RL seed block
+        log.warning(
+            "%s has no state_dict()/load_state_dict(): resuming at step %d with every "
+            "env reset (new episodes); weights, optimizer and random streams are the "
+            "checkpoint's, but from here on the run differs from an uninterrupted one",
+            type(env.unwrapped).__name__,
+            at.timesteps,
+        )
+    position.restore(model, at)
+    log.info("resuming from step %d (resume #%d)", model.num_timesteps, resumed)
+    return _Beginning(model, resumed, saved["evaluations"], at)
+
+
+def _evaluator(
+    job: RLJob,
+    model: recipe.GuidedPPO | recipe.DemoSAC,
+    inputs: _Inputs,
+    eval_seeds: Sequence[int] | None,
+) -> Callable[[], dict[str, float]]:
+    """The run's held-out evaluation of the model's current policy: its metrics on
+    ``eval_seeds``, by default the job's held-out episodes."""
+    if eval_seeds is None:
+        eval_seeds = evaluation.heldout_seeds(job.seed, job.eval_episodes)
+
+    def evaluate() -> dict[str, float]:
+        actor = acting.make_actor(model.policy, inputs.normalizer, inputs.act_space)
+        result = evaluation.evaluate(job.task, actor, eval_seeds, n_envs=job.eval_envs)
+        return result.info_means()
+
+    return evaluate
+
+
+def _set_logger(
+    model: recipe.GuidedPPO | recipe.DemoSAC,
+    state_dir: Path,
+    total: int,
+    log_metrics: Callable[[dict[str, float], int], None] | None,
+    at: position.Position | None,
+) -> Path:
+    """Give the model its progress outputs: the job log's lines, a progress segment in
+    ``state_dir`` from the model's step on, and ``log_metrics``; a resumed run (``at``) gets
+    back what the killed run had logged for its next row. Returns the segment's path."""
+    segment = state_dir / f"progress-{model.num_timesteps:09d}.csv"
+    outputs: list[KVWriter] = [LogLines(total), CSVOutputFormat(str(segment))]
+    if log_metrics is not None:
+        outputs.append(MetricsSink(log_metrics))
+    model.set_logger(Logger(folder=None, output_formats=outputs))
+    if at is not None:  # what the killed run had logged for its next progress row
+        position.restore_log(model.logger, at)
+    return segment
+
+
+def _learn(
+    job: RLJob,
+    arm: arms.Arm,
+    model: recipe.GuidedPPO | recipe.DemoSAC,
+    env: VecEnv,
+    schedule: Schedule,
+    segment: Path,
+) -> None:
+    """Train the model up to the run's budget on ``schedule``, then close ``env``.
+
+    SIGTERM stops it at the next rollout start, which is checkpointed, and raises
+    :class:`Preempted`; SIGTERM is ignored from then on. A full disk (the progress rows are
+    appended to ``segment``) raises :class:`demo2rl.io.DiskFull`, and a non-finite value
+    :class:`recipe.NonFiniteValue` naming the arm, seed and step and the checkpoint that stays.
+    """
+    callback = OnRolloutStart(schedule)
+    previous = signal.signal(signal.SIGTERM, lambda *_: setattr(callback, "stop", True))
+    try:
+        _learn_to_budget(model, schedule, callback, job.rl.budget)
+    except OSError as err:  # SB3 appends the progress rows to the segment in place
+        full = None if isinstance(err, io.DiskFull) else io.as_disk_full(err, segment)
+        if full is None:
+            raise
+        raise full from err
+    except recipe.NonFiniteValue as err:
+        last = schedule.last_checkpoint
+        raise recipe.NonFiniteValue(
+            f"{arm.name} arm, seed {job.seed}, env step {model.num_timesteps}: {err}. "
+            f"No policy written; the last checkpoint (step {last}) in {schedule.state_dir} "
+            "stays resumable"
+        ) from None
+    finally:
+        # a preempted run is on its way out (checkpoint saved, then its job's tracking
+        # flushed): more SIGTERMs (SLURM signals every process of the job step, Snakemake
+        # passes its own on) must not kill it before it exits with PREEMPTED_EXIT_CODE
+        signal.signal(signal.SIGTERM, signal.SIG_IGN if callback.stop else previous)
+        env.close()
+
+
+def _learn_to_budget(
+    model: recipe.GuidedPPO | recipe.DemoSAC,
+    schedule: Schedule,
+    callback: OnRolloutStart,
+    total: int,
+) -> None:
+    """SB3's ``learn`` from the model's step to ``total``, ``callback`` evaluating and
+    checkpointing on ``schedule``; if SIGTERM stopped it, the checkpoint of the last rollout
+    start and :class:`Preempted`."""
+    if getattr(model, "critic_warmup", 0) > model.num_timesteps:
+        log.info("critic warm-up: actor frozen for %d env steps", model.critic_warmup)
+    if model.num_timesteps < total:
+        try:
+            model.learn(
+                total - model.num_timesteps,
+                callback=callback,
+                reset_num_timesteps=False,
+                # an off-policy run's rows: every LOG_EVERY steps (OnRolloutStart), not
+                # SB3's every few episodes (several rows in one step when envs end alike)
+                log_interval=None if schedule.off_policy else 1,
+            )
+        except StoppedAtRolloutStart:
+            pass  # (an off-policy run's checkpoint is saved)
+    if callback.stop:
+        step = schedule.save_last_rollout_start()
+        raise Preempted(f"SIGTERM: checkpoint at step {step}")
+
+
+def _finish(model: recipe.GuidedPPO | recipe.DemoSAC, schedule: Schedule) -> None:
+    """The end of a run at its budget: the final evaluation (unless one was made at this step),
+    an off-policy run's last progress row, the final checkpoint, and the progress segment
+    closed."""
+    end = model.num_timesteps
+    schedule.maybe_evaluate(end, force=schedule.last_eval != end)
+    if schedule.off_policy and schedule.last_dump != end:
+        schedule.dump(end)
+    schedule.save(position.capture(model))
+    model.logger.close()  # the progress segment's file
 
 
 class StoppedAtRolloutStart(Exception):
