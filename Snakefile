@@ -1,7 +1,10 @@
 # demo2rl: expert demonstrations -> behaviour cloning -> RL, one reproducible workflow.
 # Run: `snakemake --cores N` (the default profile in profiles/default is loaded automatically),
 # or on a cluster `snakemake --profile profiles/slurm`. See README.md.
+from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version, validate
+
+from demo2rl.config import ConfigError, check_version
 
 min_version("9.0")
 
@@ -13,6 +16,10 @@ if not workflow.overwrite_configfiles:
     configfile: "config/config.yaml"
 
 
+try:  # a config of an older format: the key to rename, before the schema's own message
+    check_version(config)
+except ConfigError as err:
+    raise WorkflowError(f"Invalid config: {err}") from None
 validate(config, "config/schema.yaml")
 
 

@@ -53,7 +53,7 @@ def code(stage, task=False):
 wildcard_constraints:
     root="|".join(re.escape(v.root) for v in PLAN.variants.values()),
     shard=r"\d+",
-    init="|".join(PLAN.arms),
+    arm="|".join(PLAN.arms),
     seed=r"\d+",
 
 

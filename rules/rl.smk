@@ -1,10 +1,10 @@
 RL_DIR = f"{{root}}/{names.RL_DIR}"
-"""An RL run's directory, with the root (a variant's results), init (arm) and seed wildcards."""
+"""An RL run's directory, with the root (a variant's results), arm and seed wildcards."""
 
 
 rule train_rl:
     input:
-        unpack(job_inputs(lambda wc: ("rl", wc.init, wc.seed))),
+        unpack(job_inputs(lambda wc: ("rl", wc.arm, wc.seed))),
     output:
         policy=f"{RL_DIR}/policy.pt",
         progress=f"{RL_DIR}/progress.csv",

@@ -1,4 +1,4 @@
-"""Rule train_rl: one RL run of an arm (the init wildcard) and seed; resumable."""
+"""Rule train_rl: one RL run of an arm and seed; resumable."""
 
 import sys
 

@@ -60,16 +60,16 @@ def test_the_schema_leaves_the_arms_to_the_registry():
     """Any arm name passes the schema (an arm is the registry's), and the probe names an unknown
     one; the schema's description names every built-in arm; the default is all of them."""
     schema = yaml.safe_load((REPO / "config" / "schema.yaml").read_text())
-    inits = schema["properties"]["rl"]["properties"]["inits"]
+    entry = schema["properties"]["rl"]["properties"]["arms"]
     # the default: the PPO arms (make run's); all: every arm that applies
-    assert inits["default"] == [a for a in arms.BUILTIN if not arms.get(a).off_policy]
-    assert probe.ALL_ARMS in inits["description"]
-    assert all(arm in inits["description"] for arm in arms.BUILTIN)
-    cfg = config.load({"rl": {"inits": ["bc", "td3"]}})  # the schema lets it through
-    with pytest.raises(config.ConfigError, match=r"'rl.inits': unknown arm 'td3' \(known: bc,"):
+    assert entry["default"] == [a for a in arms.BUILTIN if not arms.get(a).off_policy]
+    assert probe.ALL_ARMS in entry["description"]
+    assert all(arm in entry["description"] for arm in arms.BUILTIN)
+    cfg = config.load({"rl": {"arms": ["bc", "td3"]}})  # the schema lets it through
+    with pytest.raises(config.ConfigError, match=r"'rl.arms': unknown arm 'td3' \(known: bc,"):
         probe.probe_task(cfg)
     with pytest.raises(Exception, match="is not valid"):
-        config.load({"rl": {"inits": ["my-arm"]}})  # not a name an arm can have
+        config.load({"rl": {"arms": ["my-arm"]}})  # not a name an arm can have
 
 
 def test_every_arm_section_is_a_field_of_the_rl_config_and_read_only_by_its_arm():
@@ -195,7 +195,7 @@ def test_a_toy_arm_runs_through_the_trainer_and_the_summary(toy_arm, cartpole, t
 
 def test_all_leaves_out_an_arm_the_task_cannot_use_and_a_named_one_is_an_error(toy_arm, caplog):
     cfg = config.load(yaml.safe_load((REPO / "config" / "cartpole.yaml").read_text()))
-    cfg["rl"]["inits"] = probe.ALL_ARMS
+    cfg["rl"]["arms"] = probe.ALL_ARMS
     with caplog.at_level(logging.WARNING, logger="demo2rl.probe"):
         found = probe.probe_task(cfg)
     # every built-in PPO arm applies to Discrete actions; the SAC arms do not (SAC's actor is a
@@ -204,13 +204,13 @@ def test_all_leaves_out_an_arm_the_task_cannot_use_and_a_named_one_is_an_error(t
     assert "leaves out the toy arm: it supports Box actions" in caplog.text
     for name in ("rlpd", "sac"):
         assert f"leaves out the {name} arm: it supports Box actions" in caplog.text
-    cfg["rl"]["inits"] = ["toy", "scratch"]
-    with pytest.raises(config.ConfigError, match=r"'rl.inits': the toy arm supports Box"):
+    cfg["rl"]["arms"] = ["toy", "scratch"]
+    with pytest.raises(config.ConfigError, match=r"'rl.arms': the toy arm supports Box"):
         probe.probe_task(cfg)
-    cfg["rl"]["inits"] = ["sac", "scratch"]
-    with pytest.raises(config.ConfigError, match=r"'rl.inits': the sac arm supports Box"):
+    cfg["rl"]["arms"] = ["sac", "scratch"]
+    with pytest.raises(config.ConfigError, match=r"'rl.arms': the sac arm supports Box"):
         probe.probe_task(cfg)
-    cfg["rl"]["inits"] = ["td3"]
+    cfg["rl"]["arms"] = ["td3"]
     with pytest.raises(config.ConfigError, match=r"unknown arm 'td3'"):
         probe.probe_task(cfg)
 

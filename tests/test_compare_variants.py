@@ -29,7 +29,7 @@ BOOTSTRAP = {"bootstrap_reps": 1000, "confidence": 0.95, "seed": 0}
 TRACKS = list(range(300_000_000, 300_000_020))
 OVERRIDES = {
     "base": {},
-    "better": {"rl": {"ppo": {"learning_rate": 0.0001}, "inits": ["bc", "scratch"]}},
+    "better": {"rl": {"ppo": {"learning_rate": 0.0001}, "arms": ["bc", "scratch"]}},
     "shared": {"bc": {"epochs": 7}},
 }
 ELAPSED = {"rl-bc-seed0": [1, 3, 5], "rl-bc-seed1": [2, 4, 1, 3]}
@@ -217,7 +217,7 @@ def test_the_markdown_names_every_variant_and_arm(compared):
         assert f"`{v}`" in md
     for g in ("expert", "bc", "rl_bc", "rl_scratch"):
         assert f"### {groups.label(g)}" in md
-    assert '`rl.ppo.learning_rate = 0.0001`, `rl.inits = ["bc", "scratch"]`' in md
+    assert '`rl.ppo.learning_rate = 0.0001`, `rl.arms = ["bc", "scratch"]`' in md
     assert "- `base`: no overrides" in md
     assert "| `shared` | 1 |" in md and "0.50 (same scores)" in md
     assert "1.00 [1.00, 1.00]" in md

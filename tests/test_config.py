@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 import typing
 from pathlib import Path
 
@@ -73,7 +74,7 @@ def planned_jobs(output: str) -> dict[str, int]:
 @pytest.mark.integration  # a real Snakemake invocation
 def test_schema_fills_defaults(tmp_path: Path):
     """A config of one section plans what the schema's defaults say: each default seed of
-    rl.seeds runs each arm of rl.inits' default (the PPO arms), and the expert, the clone and
+    rl.seeds runs each arm of rl.arms' default (the PPO arms), and the expert, the clone and
     every RL run are evaluated."""
     minimal = {"experiment": "defaults", "collect": {"n_episodes": 4, "n_shards": 2}}
     path = tmp_path / "minimal.yaml"
@@ -82,7 +83,7 @@ def test_schema_fills_defaults(tmp_path: Path):
     schema = yaml.safe_load((REPO / "config" / "schema.yaml").read_text())
     rl = schema["properties"]["rl"]["properties"]
     ppo = [a for a in arms.BUILTIN if not arms.get(a).off_policy]
-    assert rl["inits"]["default"] == ppo
+    assert rl["arms"]["default"] == ppo
     runs = len(rl["seeds"]["default"]) * len(ppo)
     jobs = planned_jobs(proc.stdout + proc.stderr)
     assert (jobs["collect_shard"], jobs["train_rl"], jobs["evaluate"]) == (2, runs, runs + 2), jobs
@@ -288,3 +289,17 @@ def test_a_sac_update_ratio_that_is_no_whole_number_of_gradient_steps_is_named(r
     with pytest.raises(config.ConfigError, match=r"rl\.sac\.updates_per_step.*whole number") as err:
         config.check(cfg)
     assert f"{ratio} gradient steps per env step with rl.n_envs {n_envs}" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("old", "key"),
+    [
+        ({"rl": {"inits": ["bc", "scratch"]}}, "rl.inits"),
+        ({"variants": {"two": {"rl": {"inits": ["scratch"]}}}}, "variants.two.rl.inits"),
+        ({"version": 1, "rl": {"arms": ["scratch"]}}, "version"),
+    ],
+)
+def test_a_config_of_the_older_format_is_refused_naming_the_key_to_rename(old, key):
+    with pytest.raises(config.ConfigError, match=rf"'{re.escape(key)}'.*rl\.arms"):
+        config.load(old)
+    assert config.load({"rl": {"arms": ["scratch"]}})["version"] == config.VERSION

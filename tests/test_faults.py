@@ -755,7 +755,7 @@ def test_a_task_whose_every_return_is_0_runs_end_to_end_without_dividing_by_0(tm
         "bc": {"max_epochs": 3},
         "rl": {
             "seeds": [0],
-            "inits": ["bc", "scratch"],
+            "arms": ["bc", "scratch"],
             "total_timesteps": 1024,
             "n_envs": 4,
             "vec_env": "dummy",

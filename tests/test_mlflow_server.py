@@ -256,7 +256,7 @@ def test_every_job_logs_to_the_server(server: MlflowServer, served: Path):
         assert logged[f"final.{key}"] == pytest.approx(written[key]), key
     assert logged["final.heldout_episodes"] == CONFIG["evaluate"]["during_training"]
     rl = children["rl-bc-seed0"]
-    assert rl["data"]["tags"]["demo2rl.wildcard.init"] == "bc"
+    assert rl["data"]["tags"]["demo2rl.wildcard.arm"] == "bc"
     assert rl["data"]["params"]["rl.total_timesteps"] == str(CONFIG["rl"]["total_timesteps"])
     assert "train/approx_kl" in rl["data"]["metrics"]
     # the job outputs live in the workflow's results, the tracking data on the server only

@@ -38,7 +38,7 @@ def test_the_variants_are_resolved_without_touching_the_config_given(plan):
     assert list(plan.variants) == ["base", "warmup-2048"]
     base, warm = plan.variants.values()
     # `all` resolved by the probe: every arm applies to the racing task's Box actions
-    assert TEST["rl"]["inits"] == "all" and base.inits == list(arms.BUILTIN)
+    assert TEST["rl"]["arms"] == "all" and base.arms == list(arms.BUILTIN)
     assert base.config["rl"]["vec_env"] == "native" and base.config["rl"]["device"] == "cpu"
     assert warm.config["rl"]["warm_start"]["critic_warmup_steps"] == 2048
     assert plan.arms == sorted(arms.BUILTIN)
@@ -139,7 +139,7 @@ def test_a_heavy_rules_params_are_its_specs_result_fields_and_its_resources_the_
 
 def test_a_spec_built_from_a_jobs_snakemake_values_is_what_the_plan_says(plan):
     warm = plan.variants["warmup-2048"]
-    wildcards = {"root": warm.root, "init": "bc", "seed": "1"}
+    wildcards = {"root": warm.root, "arm": "bc", "seed": "1"}
     params, resources = _rule_values(plan, "train_rl", wildcards)
     run_dir = plan.run_dir(warm, names.RLRun("bc", 1))
     smk = Snakemake(

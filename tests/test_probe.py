@@ -19,7 +19,7 @@ from demo2rl.config import ConfigError
 TESTS = Path(__file__).parent
 sys.path.insert(0, str(TESTS))  # probe_tasks, a user's own (bad) task module
 BASE = config_lib.load(TEST_CONFIG)  # with the schema's defaults, as the workflow gets it
-BASE["rl"] |= {"inits": ["bc", "residual", "kickstart", "scratch"], "vec_env": "auto"}
+BASE["rl"] |= {"arms": ["bc", "residual", "kickstart", "scratch"], "vec_env": "auto"}
 
 
 def config_with(**task) -> dict:
@@ -104,8 +104,8 @@ BAD = {
         ["the expert raised on a batch of 2 reset observations", "IndexError", "probe_tasks.py"],
     ),
     "an arm that is not registered": (
-        config_with(**CARTPOLE) | {"rl": BASE["rl"] | {"inits": ["bc", "td3"]}},
-        "rl.inits",
+        config_with(**CARTPOLE) | {"rl": BASE["rl"] | {"arms": ["bc", "td3"]}},
+        "rl.arms",
         ["unknown arm 'td3'", "known: bc, residual, kickstart, scratch, rlpd, sac"],
     ),
     "float images (their scale unknown)": (
@@ -191,17 +191,17 @@ def test_the_shipped_tasks_pass_the_probe(config):
     found = probe.probe_task(full)
     assert found.observation_space.shape and found.seconds > 0
     assert found.images == ("pixels" in config)
-    inits = full["rl"]["inits"]
-    if inits == probe.ALL_ARMS:  # the PPO arms act in Box and Discrete spaces, SAC's in Box
+    wanted = full["rl"]["arms"]
+    if wanted == probe.ALL_ARMS:  # the PPO arms act in Box and Discrete spaces, SAC's in Box
         ppo = {"bc", "residual", "kickstart", "scratch"}
         assert set(found.arms) == (ppo if "cartpole" in config else ppo | {"rlpd", "sac"})
     else:
-        assert found.arms == tuple(inits)
+        assert found.arms == tuple(wanted)
 
 
 def test_gymnasium_make_keywords_are_not_typos():
     config = config_with(**CARTPOLE, env_kwargs={"max_episode_steps": 50})
-    config["rl"]["inits"] = ["bc", "scratch"]
+    config["rl"]["arms"] = ["bc", "scratch"]
     probe.probe_task(config)
 
 

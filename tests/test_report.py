@@ -65,7 +65,7 @@ def test_make_report_builds_the_html_report(test_workflow: Path, tmp_path: Path)
     episodes = CONFIG["evaluate"]["episodes"]
     assert f"Final comparison on {episodes} held-out episodes" in html
     assert f">{CONFIG['experiment']}</span>" in html  # the workflow description's template
-    assert "bc, residual, kickstart, scratch" in html  # the arms of rl.inits
+    assert "bc, residual, kickstart, scratch" in html  # the arms of rl.arms
     # the figures are embedded (data URIs), the PNGs among them
     embedded = re.findall(r"data:image/png;[^,]*base64,([A-Za-z0-9+/=]{100,})", html)
     assert embedded and all(base64.b64decode(d[:64])[:8] == b"\x89PNG\r\n\x1a\n" for d in embedded)

@@ -657,7 +657,7 @@ def test_summarize_stage_for_a_generic_task(
     """The summarize and plot_summary stages without racing figures (a classic-control task),
     logging to a real MLflow store: tables, the curve bands and levels in summary.json, the
     figures drawn from it, and the summary metrics and files on the workflow's parent run; for
-    any set of arms (``rl.inits``), the first of them the best here."""
+    any set of arms (``rl.arms``), the first of them the best here."""
     from demo2rl import tracking
     from demo2rl.specs import SummarizeJob
     from demo2rl.stages import plot_summary, summarize

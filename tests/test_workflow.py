@@ -188,7 +188,7 @@ def test_classic_control_example_config_runs(tmp_path: Path):
     (the session's run) and on Discrete actions (the CartPole case)."""
     spec, config = tiny("mountaincar.yaml", tmp_path)
     assert "vec_env" not in spec["rl"]
-    spec["rl"]["inits"] = ["residual", "scratch"]
+    spec["rl"]["arms"] = ["residual", "scratch"]
     config.write_text(yaml.safe_dump(spec))
     snakemake(tmp_path, "--cores", "2", "--configfile", str(config))
     out = tmp_path / "results" / spec["experiment"]
@@ -211,7 +211,7 @@ def test_discrete_action_example_config_runs(tmp_path: Path):
     has it): integer demonstrations, a categorical clone, every PPO arm (the residual on the
     clone's logits; the SAC arms are Box-only, left out of all), evaluation and the summary."""
     spec, config = tiny("cartpole.yaml", tmp_path)
-    assert "vec_env" not in spec["rl"] and "inits" not in spec["rl"]
+    assert "vec_env" not in spec["rl"] and "arms" not in spec["rl"]
     snakemake(tmp_path, "--cores", "2", "--configfile", str(config))
     out = tmp_path / "results" / spec["experiment"]
     demos = dataset.read(out / "demos" / "demos.h5", verify=True)
@@ -246,7 +246,7 @@ def test_camera_config_runs_end_to_end_on_compressed_frames(tmp_path: Path):
     spec = untracked(yaml.safe_load((REPO / "config" / "test-pixels.yaml").read_text()))
     # the arm that reads the clone's CNN through its checkpoint, and the control (every arm on
     # frames: tests/test_pixels.py)
-    spec["rl"]["inits"] = ["residual", "scratch"]
+    spec["rl"]["arms"] = ["residual", "scratch"]
     config = tmp_path / "pixels.yaml"
     config.write_text(yaml.safe_dump(spec))
     snakemake(tmp_path, "--cores", "2", "--configfile", str(config))

@@ -6,8 +6,8 @@ hyperparameters and budget (``rl.ppo`` with ``rl.total_timesteps``, ``rl.sac`` w
 ``total_timesteps``: an off-policy step costs more) and the env. Each algorithm has a control arm
 that uses no demonstrations (scratch PPO, plain SAC): a demo arm is compared with its own
 algorithm's control (what the demonstrations add) and with scratch PPO (what a user gets over the
-default). Each :class:`Arm` says everything about itself once: its name (the value in ``rl.inits``
-and the ``init`` wildcard), its label and colour (in every table and figure), its algorithm and
+default). Each :class:`Arm` says everything about itself once: its name (the value in ``rl.arms``
+and the ``arm`` wildcard), its label and colour (in every table and figure), its algorithm and
 control, the ``rl`` config section that only its runs read, whether it needs the behaviour clone
 (the rules' inputs), which action spaces it supports (the task probe) and where its start lives
 (the function that builds its model, in :mod:`demo2rl.rl.recipe`). The summary's groups and
@@ -50,7 +50,7 @@ hyperparameters (read by every arm of that algorithm, and by no other)."""
 class Arm:
     """One RL arm.
 
-    :param name: its name in ``rl.inits``, in file paths (``rl/<name>/seed-<s>``) and policy
+    :param name: its name in ``rl.arms``, in file paths (``rl/<name>/seed-<s>``) and policy
         names (``rl-<name>-seed<s>``): letters, digits and underscores.
     :param label: how tables and figures name it.
     :param color: its matplotlib colour in every figure.

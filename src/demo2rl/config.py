@@ -12,7 +12,7 @@
 * ``collect`` and ``evaluate`` mostly shape the set of jobs or set their speed: the rules read
   them as :class:`CollectConfig` and :class:`EvaluateConfig` (rules/common.smk) and hand each
   job the one or two numbers it uses, as plain params (or as a resource), so that a key a job
-  does not read never reruns it. ``rl.seeds``, ``rl.inits`` and ``rl.checkpoint_every`` are the
+  does not read never reruns it. ``rl.seeds``, ``rl.arms`` and ``rl.checkpoint_every`` are the
   rules' alone (:data:`RULE_ONLY_KEYS`).
 * :func:`check` holds the cross-key checks a JSON schema cannot say.
 
@@ -58,8 +58,43 @@ def load(source: str | os.PathLike[str] | Mapping[str, Any] | None = None) -> di
         config = copy.deepcopy(dict(source))
     else:
         config = yaml.safe_load(Path(source).read_text()) or {}
+    check_version(config)
     validate(config, str(SCHEMA), set_default=True)
     return config
+
+
+VERSION = 2
+"""The config format's version (the schema's ``version``). Version 2 names the RL arms to run
+``rl.arms`` (version 1: ``rl.inits``)."""
+RENAMED = {("rl", "inits"): "rl.arms"}
+"""Keys of older versions that were renamed: their path in a config, and their name now."""
+
+
+def check_version(config: Mapping[str, Any]) -> None:
+    """Raise ConfigError, before schema validation, for a config of another format version, or
+    one using a key an older version had (in a variant's overrides too), naming it and what to
+    write instead."""
+    version = config.get("version", VERSION)
+    if version != VERSION:
+        raise ConfigError(
+            "version",
+            f"{version!r}: this demo2rl reads config version {VERSION}; from version 1, rename "
+            f"rl.inits to rl.arms, then set version: {VERSION}",
+        )
+    declared = config.get("variants") or {}
+    scopes = {"": config} | {
+        f"variants.{name}.": overrides
+        for name, overrides in (declared.items() if isinstance(declared, Mapping) else ())
+    }
+    for prefix, scope in scopes.items():
+        for (section, key), now in RENAMED.items():
+            node = scope.get(section) if isinstance(scope, Mapping) else None
+            if isinstance(node, Mapping) and key in node:
+                raise ConfigError(
+                    f"{prefix}{section}.{key}",
+                    f"renamed {now} in config version {VERSION} (the arms' wildcards, paths and "
+                    f"tables say arm too): rename the key",
+                )
 
 
 def canonical(value: Any) -> Any:
@@ -370,7 +405,7 @@ SECTIONS: dict[str, type[Section]] = {
     "tracking": TrackingConfig,
 }
 """Every config section (but the top-level ``experiment`` and ``seed``) and its dataclass."""
-RULE_ONLY_KEYS = ("rl.seeds", "rl.inits", "rl.checkpoint_every")
+RULE_ONLY_KEYS = ("rl.seeds", "rl.arms", "rl.checkpoint_every")
 """Keys of those sections that the rules read and no dataclass holds."""
 
 

@@ -55,7 +55,7 @@ def arm_rl_config(rl_cfg: Mapping[str, Any], arm: str) -> dict[str, Any]:
     off-policy arm's budget is in it, so not ``total_timesteps`` either), and of the arms' own
     sections (:func:`demo2rl.arms.sections`) only its own."""
     record = arms.get(arm)
-    skip = {"seeds", "inits", "checkpoint_every"}
+    skip = {"seeds", "arms", "checkpoint_every"}
     skip |= {s for s in arms.ALGORITHMS.values() if s != record.algorithm_section}
     skip |= {"total_timesteps"} if record.off_policy else set()
     skip |= {section for section, owner in arms.sections().items() if owner != arm}

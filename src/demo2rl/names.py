@@ -7,7 +7,7 @@ An RL run is an arm and a seed (:class:`RLRun`). It has one spelling per use:
 * its directory ``rl/<arm>/seed-<s>`` under the experiment's results (:data:`RL_DIR`);
 * its log and benchmark file stem ``<arm>-seed<s>`` (:data:`RL_LOG`).
 
-The rules write the same patterns with the ``init`` and ``seed`` wildcards in place of the values,
+The rules write the same patterns with the ``arm`` and ``seed`` wildcards in place of the values,
 so that a path Snakemake builds and a path the library builds are one string. The other evaluated
 policies are :data:`EXPERT` and :data:`BC`.
 """
@@ -20,13 +20,13 @@ from collections.abc import Iterable
 
 EXPERT = "expert"
 BC = "bc"
-RL_POLICY = "rl-{init}-seed{seed}"
+RL_POLICY = "rl-{arm}-seed{seed}"
 """An RL run's policy name, as a pattern of the rules' wildcards."""
-RL_DIR = "rl/{init}/seed-{seed}"
+RL_DIR = "rl/{arm}/seed-{seed}"
 """An RL run's directory under the experiment's results, as a pattern of the wildcards."""
-RL_LOG = "{init}-seed{seed}"
+RL_LOG = "{arm}-seed{seed}"
 """An RL run's log and benchmark file stem, as a pattern of the wildcards."""
-_RL_POLICY = re.compile(r"rl-(?P<init>[A-Za-z0-9_]+)-seed(?P<seed>\d+)")
+_RL_POLICY = re.compile(r"rl-(?P<arm>[A-Za-z0-9_]+)-seed(?P<seed>\d+)")
 _RL_GROUP = "rl_"
 
 
@@ -50,7 +50,7 @@ class RLRun:
     @property
     def name(self) -> str:
         """Its policy name (evaluation record, MLflow run): ``rl-<arm>-seed<s>``."""
-        return RL_POLICY.format(init=self.arm, seed=self.seed)
+        return RL_POLICY.format(arm=self.arm, seed=self.seed)
 
     @property
     def group(self) -> str:
@@ -59,13 +59,13 @@ class RLRun:
 
     def dir(self, results: str) -> str:
         """Its directory under an experiment's results directory."""
-        return f"{results}/{RL_DIR.format(init=self.arm, seed=self.seed)}"
+        return f"{results}/{RL_DIR.format(arm=self.arm, seed=self.seed)}"
 
     @classmethod
     def parse(cls, name: str) -> RLRun | None:
         """The run of a policy name ``rl-<arm>-seed<s>``; None for another name."""
         match = _RL_POLICY.fullmatch(name)
-        return cls(match["init"], int(match["seed"])) if match else None
+        return cls(match["arm"], int(match["seed"])) if match else None
 
 
 def rl_runs(arms: Iterable[str], seeds: Iterable[int]) -> list[RLRun]:

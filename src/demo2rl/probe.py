@@ -38,7 +38,7 @@ STEPS = 3
 """Steps the probe's batch takes (fewer if an episode ends), all with the expert's first actions:
 the expert is called once (a user's expert may count its calls; tests/user_expert.py does)."""
 ALL_ARMS = "all"
-"""``rl.inits: all`` (the default): every registered arm that applies to the task."""
+"""``rl.arms: all`` (the default): every registered arm that applies to the task."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,7 +118,7 @@ def probe_task(config: Mapping[str, Any]) -> Probe:
     finally:
         env.close()
     check_vec_env(config["rl"], env_id, frame_stack)
-    chosen = resolve_arms(config["rl"]["inits"], act_space, env_id)
+    chosen = resolve_arms(config["rl"]["arms"], act_space, env_id)
     return Probe(obs_space, act_space, chosen, time.perf_counter() - start)
 
 
@@ -299,43 +299,43 @@ def check_expert_actions(actions: Any, space: gym.Space, *, batch: int) -> None:
 
 
 def resolve_arms(
-    inits: str | Sequence[str], action_space: gym.Space, env_id: str
+    wanted: str | Sequence[str], action_space: gym.Space, env_id: str
 ) -> tuple[str, ...]:
-    """The arms that run: ``rl.inits`` as the task allows.
+    """The arms that run: ``rl.arms`` as the task allows.
 
     ``all`` is every registered arm (:mod:`demo2rl.arms`) that supports the task's action space;
     one that does not is left out with a note in the log. An arm named in an explicit list must
     exist and apply to the task, else a ConfigError names it. The control arm must be among them
     for the comparison to have one; that is the user's choice, not checked here.
     """
-    if inits == ALL_ARMS:
+    if wanted == ALL_ARMS:
         chosen = []
         for arm in arms.REGISTRY.values():
             if arm.supports(action_space):
                 chosen.append(arm.name)
             else:
                 log.warning(
-                    "rl.inits: all leaves out the %s arm: it supports %s actions, %r has %s",
+                    "rl.arms: all leaves out the %s arm: it supports %s actions, %r has %s",
                     arm.name,
                     " or ".join(arm.action_spaces),
                     env_id,
                     action_space,
                 )
         if not chosen:
-            raise ConfigError("rl.inits", f"no registered arm supports {action_space}")
+            raise ConfigError("rl.arms", f"no registered arm supports {action_space}")
         return tuple(chosen)
-    for name in inits:
+    for name in wanted:
         try:
             arm = arms.get(name)
         except ValueError as err:  # names the known arms
-            raise ConfigError("rl.inits", str(err)) from None
+            raise ConfigError("rl.arms", str(err)) from None
         if not arm.supports(action_space):
             raise ConfigError(
-                "rl.inits",
+                "rl.arms",
                 f"the {name} arm supports {' or '.join(arm.action_spaces)} actions; {env_id!r} "
-                f"has {action_space}: leave {name!r} out of rl.inits (or use rl.inits: all)",
+                f"has {action_space}: leave {name!r} out of rl.arms (or use rl.arms: all)",
             )
-    return tuple(inits)
+    return tuple(wanted)
 
 
 def check_vec_env(rl_cfg: Mapping[str, Any], env_id: str, frame_stack: int = 1) -> None:

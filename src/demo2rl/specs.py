@@ -133,7 +133,7 @@ class RLJob:
     Every field but the paths and the speed settings is part of the run's resume key
     (:func:`demo2rl.jobspec.result_fields`).
 
-    :param arm: the arm (:mod:`demo2rl.arms`), the rule's ``init`` wildcard.
+    :param arm: the arm (:mod:`demo2rl.arms`), the rule's ``arm`` wildcard.
     :param run_seed: the run's seed among ``rl.seeds``.
     :param seed: the workflow's base seed (training and evaluation seed blocks derive from it).
     :param task: the env, without its expert (RL never calls it).
@@ -159,7 +159,7 @@ class RLJob:
 
     STAGE: ClassVar[str] = "rl"
     TASK_CODE: ClassVar[bool] = True
-    arm: str = result(source="wildcards", key="init")
+    arm: str = result(source="wildcards")
     run_seed: int = result(source="wildcards", key="seed", of=_int)
     seed: int = _SEED
     task: TaskConfig = result(lambda v, wc: v.env, of=_task)
@@ -167,7 +167,7 @@ class RLJob:
         lambda v, wc: v.config["policy"], of=lambda x, raw: PolicyConfig.of(x)
     )
     rl: RLConfig = result(
-        lambda v, wc: groups.arm_rl_config(v.config["rl"], wc.init),
+        lambda v, wc: groups.arm_rl_config(v.config["rl"], wc.arm),
         of=lambda x, raw: RLConfig.of(x),
     )
     clip_obs: float = result(lambda v, wc: v.config["bc"]["clip_obs"])
@@ -175,7 +175,7 @@ class RLJob:
     demos: str = path()
     clone: str | None = path(default=None, key="bc")
     state_dir: str = path(
-        lambda v, wc: f"{names.RLRun(wc.init, int(wc.seed)).dir(wc.root)}/state",
+        lambda v, wc: f"{names.RLRun(wc.arm, int(wc.seed)).dir(wc.root)}/state",
         source="params",
     )
     policy_out: str | None = path(default=None, source="output", key="policy")

@@ -36,7 +36,7 @@ def train_rl(job: RLJob, run: Run) -> rl.RLResult:
         action_space=result.action_space,
         meta={
             "dataset_hash": digest,
-            "init": job.arm,
+            "arm": job.arm,
             "run_seed": job.run_seed,
             "timesteps": result.timesteps,
             "config": {"policy": job.policy.to_dict(), "rl": job.rl.to_dict()},

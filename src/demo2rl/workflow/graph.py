@@ -32,7 +32,7 @@ class JobKind:
     :param inputs: the jobs one job reads, by the rule's input name, given the variant's config
         and the job's arguments.
     :param wildcards: the job's wildcards, by name, given its arguments (what ``x-read-by``
-        selectors such as ``train_rl[init=rlpd]`` match).
+        selectors such as ``train_rl[arm=rlpd]`` match).
     :param output: its main output, under a variant's results directory.
     """
 
@@ -92,7 +92,7 @@ KINDS: dict[str, JobKind] = {
             "rl",
             rules=("train_rl",),
             inputs=_rl_inputs,
-            wildcards=lambda args: {"init": args[0], "seed": args[1]},
+            wildcards=lambda args: {"arm": args[0], "seed": args[1]},
             output=_rl_output,
         ),
         JobKind(

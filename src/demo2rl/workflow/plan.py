@@ -61,15 +61,15 @@ def resolve(name: str, cfg: dict[str, Any], gpus: int | None = None) -> dict[str
         probe_input = {
             "task": cfg["task"],
             "policy": {"cnn": cfg["policy"]["cnn"]},
-            "rl": {k: cfg["rl"][k] for k in ("inits", "vec_env")},
+            "rl": {k: cfg["rl"][k] for k in ("arms", "vec_env")},
         }
         found = _probed(json.dumps(probe_input, sort_keys=True))
     except config.ConfigError as err:
         where = "" if name == names.BASE_VARIANT else f"variant {name!r}: "
         raise PlanError(f"{where}{err}") from None
-    # `rl.inits: all`: every arm that applies to the task (the probe says which, and logs why an
+    # `rl.arms: all`: every arm that applies to the task (the probe says which, and logs why an
     # arm is left out); an explicit list is checked by the probe and kept as it is
-    cfg["rl"]["inits"] = list(found.arms)
+    cfg["rl"]["arms"] = list(found.arms)
     # `auto` as it runs (native or dummy), so that spelling out the same choice reruns nothing
     cfg["rl"]["vec_env"] = vec_kinds.resolve_vec_env(
         cfg["rl"]["vec_env"], cfg["task"]["env_id"], cfg["task"]["frame_stack"]
@@ -122,12 +122,12 @@ class Variant:
         # the sections the rules read themselves (each job gets the one or two numbers it uses)
         self.collect = config.CollectConfig.of(cfg["collect"])
         self.evaluate = config.EvaluateConfig.of(cfg["evaluate"])
-        self.inits: list[str] = cfg["rl"]["inits"]
-        self.runs = names.rl_runs(self.inits, cfg["rl"]["seeds"])
-        self.policies = names.policy_names(self.inits, cfg["rl"]["seeds"])
-        self.budgets = {arm: groups.arm_budget(cfg["rl"], arm) for arm in self.inits}
+        self.arms: list[str] = cfg["rl"]["arms"]
+        self.runs = names.rl_runs(self.arms, cfg["rl"]["seeds"])
+        self.policies = names.policy_names(self.arms, cfg["rl"]["seeds"])
+        self.budgets = {arm: groups.arm_budget(cfg["rl"], arm) for arm in self.arms}
         """Env steps per run of each arm (its algorithm's budget)."""
-        self.arm_looks = {arm.name: [arm.label, arm.color] for arm in map(arms.get, self.inits)}
+        self.arm_looks = {arm.name: [arm.label, arm.color] for arm in map(arms.get, self.arms)}
         """How tables and figures show each arm: a param of the rules that show them (code
         fingerprints leave labels and colours out, so that editing one retrains nothing)."""
         self.task = {k: v for k, v in cfg["task"].items() if k != "timeout_s"}
@@ -182,7 +182,7 @@ class Plan:
         self.sharing = variants.Sharing(
             {name: v.config for name, v in self.variants.items()}, leaves
         )
-        self.arms = sorted({arm for v in self.variants.values() for arm in v.inits})
+        self.arms = sorted({arm for v in self.variants.values() for arm in v.arms})
         """Every arm some variant runs."""
         self.report = f"{self.results}/report"
         """The comparison across variants (with more than one)."""
