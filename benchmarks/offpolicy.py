@@ -49,7 +49,7 @@ from stable_baselines3.common.vec_env import VecNormalize
 
 import demo2rl.envs  # noqa: F401  (registers Racing-v0)
 from demo2rl import config, groups, policy, vec
-from demo2rl.rl import position, recipe, replay, trainer
+from demo2rl.rl import recipe, replay, resume_point, trainer
 from demo2rl.rl.sac import FastSAC
 
 ENV_ID = "Racing-v0"
@@ -191,7 +191,7 @@ class Snapshots(BaseCallback):
 
     def _on_rollout_start(self) -> None:
         trainer.check_update(self.model)
-        position.capture(self.model)
+        resume_point.capture(self.model)
 
     def _on_step(self) -> bool:
         return True

@@ -1,6 +1,6 @@
 """Rule plot_bc: the behaviour clone's loss curves."""
 
-from demo2rl.jobs import job
+from demo2rl.runner import job
 from demo2rl.stages import plot_bc as stage
 
 with job(snakemake, stage="plot", run_name="plot-bc") as run:

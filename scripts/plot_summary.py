@@ -1,6 +1,6 @@
 """Rule plot_summary: learning curves and final returns, drawn from summary.json."""
 
-from demo2rl.jobs import job
+from demo2rl.runner import job
 from demo2rl.stages import plot_summary as stage
 
 with job(snakemake, stage="plot", run_name="plot-summary") as run:

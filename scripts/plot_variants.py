@@ -1,6 +1,6 @@
 """Rule plot_variants: the config variants' IQM per policy group, drawn from variants.json."""
 
-from demo2rl.jobs import job
+from demo2rl.runner import job
 from demo2rl.stages import plot_variants as stage
 
 with job(snakemake, stage="plot", run_name="plot-variants") as run:

@@ -3,7 +3,7 @@
 import sys
 
 from demo2rl import rl
-from demo2rl.jobs import run_rule
+from demo2rl.runner import run_rule
 from demo2rl.stages import train_rl as stage
 
 try:

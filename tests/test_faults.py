@@ -551,11 +551,11 @@ def test_a_policy_checkpoint_that_fills_the_disk(tmp_path, tmpfs):
 def test_an_rl_checkpoint_that_fills_the_disk(tmp_path, tmpfs):
     """RL's resumable state (rl.state.save_state: torch.save to a path, whose C++ writer fails
     with a RuntimeError that names no cause), 1 MiB of weights, on a disk with 64 KiB free."""
-    from demo2rl.rl import position, state
+    from demo2rl.rl import resume_point, state
 
     policy = torch.nn.Linear(512, 512)
     policy.optimizer = torch.optim.Adam(policy.parameters())
-    at = position.Position(
+    at = resume_point.ResumePoint(
         timesteps=1024,
         n_updates=8,
         rng={"torch": torch.get_rng_state()},

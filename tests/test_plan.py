@@ -20,7 +20,7 @@ from snakemake.iocontainers import (
     Wildcards,
 )
 
-from demo2rl import arms, config, groups, jobspec, names, specs
+from demo2rl import arms, config, groups, names, spec_fields, specs
 from demo2rl.workflow.plan import Plan, PlanError
 
 TEST = config.load(REPO / "config" / "test.yaml")
@@ -118,20 +118,20 @@ def test_a_heavy_rules_params_are_its_specs_result_fields_and_its_resources_the_
     spec = specs.SPECS[rule]
     by_role: dict[str, set[str]] = {"result": set(), "speed": set(), "path": set()}
     for field in dataclasses.fields(spec):
-        by_role[jobspec.role(field)].add(field.name)
-        where = jobspec.source(field)
+        by_role[spec_fields.role(field)].add(field.name)
+        where = spec_fields.source(field)
         # a result field is a param (or a wildcard); a speed field never is
         allowed = {
             "result": {"params", "wildcards"},
             "speed": {"resources", "threads"},
             "path": {"input", "output", "params"},
-        }[jobspec.role(field)]
-        assert where in allowed, f"{spec.__name__}.{field.name}: {jobspec.role(field)} {where}"
+        }[spec_fields.role(field)]
+        assert where in allowed, f"{spec.__name__}.{field.name}: {spec_fields.role(field)} {where}"
     params, resources = set(plan.params(rule)), set(plan.resources(rule))
     assert resources <= by_role["speed"] and not (params & by_role["speed"])
     assert (
         by_role["result"]
-        - {f.name for f in dataclasses.fields(spec) if jobspec.source(f) == "wildcards"}
+        - {f.name for f in dataclasses.fields(spec) if spec_fields.source(f) == "wildcards"}
         <= params
     )
     assert "code" in params  # editing the code the rule runs reruns it
@@ -160,7 +160,7 @@ def test_a_spec_built_from_a_jobs_snakemake_values_is_what_the_plan_says(plan):
         "train_rl",
         None,
     )
-    job = jobspec.build(specs.RLJob, smk)
+    job = spec_fields.build(specs.RLJob, smk)
     assert (job.arm, job.run_seed, job.seed) == ("bc", 1, TEST["seed"])
     assert params["rl"] == groups.arm_rl_config(warm.config["rl"], "bc")
     assert job.rl == config.RLConfig.of(params["rl"])

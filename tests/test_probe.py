@@ -13,7 +13,7 @@ import yaml
 from conftest import REPO, TEST_CONFIG, snakemake
 
 from demo2rl import config as config_lib
-from demo2rl import probe, tasks, variants, vec_kinds
+from demo2rl import probe, tasks, variants, vec_env_choice
 from demo2rl.config import ConfigError
 
 TESTS = Path(__file__).parent
@@ -230,22 +230,22 @@ def test_the_workflow_stops_before_any_job(case, tmp_path: Path):
 
 
 def test_auto_picks_the_tasks_own_vec_env_else_dummy():
-    assert vec_kinds.resolve_vec_env("auto", "Racing-v0") == "native"
-    assert vec_kinds.resolve_vec_env("auto", "demo2rl.envs:Racing-v0") == "native"
-    assert vec_kinds.resolve_vec_env("auto", "CartPole-v1") == "dummy"
-    assert vec_kinds.resolve_vec_env("subproc", "Racing-v0") == "subproc"
+    assert vec_env_choice.resolve_vec_env("auto", "Racing-v0") == "native"
+    assert vec_env_choice.resolve_vec_env("auto", "demo2rl.envs:Racing-v0") == "native"
+    assert vec_env_choice.resolve_vec_env("auto", "CartPole-v1") == "dummy"
+    assert vec_env_choice.resolve_vec_env("subproc", "Racing-v0") == "subproc"
     with pytest.raises(tasks.TaskError, match="rl.vec_env must be one of"):
-        vec_kinds.resolve_vec_env("threads", "Racing-v0")
+        vec_env_choice.resolve_vec_env("threads", "Racing-v0")
 
 
 def test_a_registered_vec_env_is_the_tasks_own(monkeypatch):
-    monkeypatch.setitem(vec_kinds.NATIVE_VEC_ENVS, "CartPole-v1", "somewhere:CartPoleVecEnv")
-    assert vec_kinds.resolve_vec_env("auto", "CartPole-v1") == "native"
-    vec_kinds.register_native_vec_env("probe_tasks:DictObs-v0", "probe_tasks:Nothing")
+    monkeypatch.setitem(vec_env_choice.NATIVE_VEC_ENVS, "CartPole-v1", "somewhere:CartPoleVecEnv")
+    assert vec_env_choice.resolve_vec_env("auto", "CartPole-v1") == "native"
+    vec_env_choice.register_native_vec_env("probe_tasks:DictObs-v0", "probe_tasks:Nothing")
     try:
-        assert vec_kinds.native_vec_env("probe_tasks:DictObs-v0") == "probe_tasks:Nothing"
+        assert vec_env_choice.native_vec_env("probe_tasks:DictObs-v0") == "probe_tasks:Nothing"
     finally:
-        del vec_kinds.NATIVE_VEC_ENVS["DictObs-v0"]
+        del vec_env_choice.NATIVE_VEC_ENVS["DictObs-v0"]
 
 
 def test_rollouts_use_a_registered_vector_env_only_if_it_takes_an_autoreset_mode():

@@ -906,9 +906,9 @@ def test_an_update_that_leaves_a_nan_weight_fails(clone_env):
 def test_a_position_round_trips_through_tensors_and_numpy_scalars():
     """What a checkpoint stores of a run's position comes back equal, numpy scalars in the
     episode statistics (gymnasium's RecordEpisodeStatistics) and wide unsigned ints included."""
-    from demo2rl.rl import position
+    from demo2rl.rl import resume_point
 
-    at = position.Position(
+    at = resume_point.ResumePoint(
         timesteps=512,
         n_updates=4,
         rng={"torch": torch.get_rng_state()},
@@ -918,7 +918,7 @@ def test_a_position_round_trips_through_tensors_and_numpy_scalars():
         successes=[np.True_],
         env={"keys": np.array([2**32 - 1], dtype=np.uint32), "speed": np.ones(2)},
     )
-    back = position.from_tensors(position.to_tensors(at))
+    back = resume_point.from_tensors(resume_point.to_tensors(at))
     assert back.episode_infos == [{"r": 1.5, "l": 3, "t": 0.25}] and back.successes == [True]
     assert np.array_equal(back.last_obs, at.last_obs) and back.episode_starts.tolist() == [1, 0]
     assert back.env["keys"].dtype == np.uint32 and back.env["keys"][0] == 2**32 - 1

@@ -24,7 +24,7 @@ import yaml
 from conftest import BIN, TEST_CONFIG, snakemake_call, untracked
 
 from demo2rl import config as config_lib
-from demo2rl import deadline, jobspec, probe, rollout, seeds, tasks, vec
+from demo2rl import deadline, probe, rollout, seeds, spec_fields, tasks, vec
 from demo2rl.config import ConfigError
 
 TESTS = Path(__file__).parent
@@ -175,10 +175,10 @@ def test_the_time_limit_is_no_part_of_a_jobs_result_and_the_cap_is():
         task: config_lib.TaskConfig
 
     task = config_lib.TaskConfig.of(BASE["task"])
-    fields = jobspec.result_fields(Spec(task))
+    fields = spec_fields.result_fields(Spec(task))
     assert "timeout_s" not in fields["task"] and fields["task"]["max_episode_steps"] == 10000
-    assert jobspec.result_fields(Spec(dataclasses.replace(task, timeout_s=5.0))) == fields
-    assert jobspec.result_fields(Spec(dataclasses.replace(task, max_episode_steps=5))) != fields
+    assert spec_fields.result_fields(Spec(dataclasses.replace(task, timeout_s=5.0))) == fields
+    assert spec_fields.result_fields(Spec(dataclasses.replace(task, max_episode_steps=5))) != fields
 
 
 def test_a_time_limit_must_be_positive():

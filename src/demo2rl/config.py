@@ -33,7 +33,7 @@ from typing import Any, Self
 
 import yaml
 
-from demo2rl import jobspec, seeds, tasks
+from demo2rl import seeds, spec_fields, tasks
 
 SCHEMA = Path(__file__).resolve().parents[2] / "config" / "schema.yaml"
 """The config's JSON schema, with every default (the repository's config/schema.yaml)."""
@@ -193,7 +193,7 @@ class TaskConfig(Section):
     env's own; the workflow always gives one). ``timeout_s`` limits each call of the task's code
     (:mod:`demo2rl.deadline`; None: no limit): robustness only, so the rules pass it as a
     resource, not in the task param, and a job's resume key leaves it out (a
-    :func:`demo2rl.jobspec.speed` field).
+    :func:`demo2rl.spec_fields.speed` field).
     """
 
     PATH = "task"
@@ -202,7 +202,7 @@ class TaskConfig(Section):
     frame_stack: int
     expert: ExpertConfig | None
     max_episode_steps: int | None
-    timeout_s: float | None = jobspec.speed()
+    timeout_s: float | None = spec_fields.speed()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,7 +26,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from demo2rl import arms, deadline, rollout, tasks, vec_kinds
+from demo2rl import arms, deadline, rollout, tasks, vec_env_choice
 from demo2rl.config import ConfigError
 from demo2rl.observations import ObservationKind
 
@@ -342,7 +342,7 @@ def check_vec_env(rl_cfg: Mapping[str, Any], env_id: str, frame_stack: int = 1) 
     """The vec env kind ``rl.vec_env`` names exists for this task (and stacks frames if asked)."""
     if rl_cfg["vec_env"] != "native":
         return
-    if vec_kinds.native_vec_env(env_id) is None:
+    if vec_env_choice.native_vec_env(env_id) is None:
         raise ConfigError(
             "rl.vec_env",
             f"'native': {env_id!r} registers no batched VecEnv of its own; use auto (picks "

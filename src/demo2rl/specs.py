@@ -1,9 +1,9 @@
 """The job specs: everything each heavy job is given, one frozen dataclass per rule.
 
 A field's role says whether it can change the job's result, and its source where the workflow
-takes it from (:mod:`demo2rl.jobspec`): the Plan turns each spec's result fields into its rule's
+takes it from (:mod:`demo2rl.spec_fields`): the Plan turns each spec's result fields into its rule's
 params and its speed fields into the rule's resources; the script builds the spec back from the
-``snakemake`` object (:func:`demo2rl.jobspec.build`) and hands it to the stage. A getter reads
+``snakemake`` object (:func:`demo2rl.spec_fields.build`) and hands it to the stage. A getter reads
 the job's subject: its config variant (:class:`demo2rl.workflow.plan.Variant`), or the plan for
 the comparison across variants.
 
@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from demo2rl import arms, groups, names
 from demo2rl.config import BCConfig, PolicyConfig, RLConfig, TaskConfig
-from demo2rl.jobspec import path, result, speed
+from demo2rl.spec_fields import path, result, speed
 
 
 def _task(value: Mapping[str, Any], raw: Mapping[str, Any]) -> TaskConfig:
@@ -131,7 +131,7 @@ class RLJob:
     """One RL run of an arm and seed (rule train_rl).
 
     Every field but the paths and the speed settings is part of the run's resume key
-    (:func:`demo2rl.jobspec.result_fields`).
+    (:func:`demo2rl.spec_fields.result_fields`).
 
     :param arm: the arm (:mod:`demo2rl.arms`), the rule's ``arm`` wildcard.
     :param run_seed: the run's seed among ``rl.seeds``.

@@ -25,7 +25,7 @@ import numpy as np
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecEnvWrapper
 from stable_baselines3.common.vec_env.base_vec_env import CloudpickleWrapper
 
-from demo2rl import deadline, tasks, vec_kinds
+from demo2rl import deadline, tasks, vec_env_choice
 
 
 def make_vec_env(
@@ -41,7 +41,7 @@ def make_vec_env(
     timeout_s: float | None = None,
 ) -> VecEnv:
     """``n_envs`` envs of the task as an SB3 VecEnv of the given kind (see the module doc; ``auto``
-    is resolved by :func:`demo2rl.vec_kinds.resolve_vec_env`).
+    is resolved by :func:`demo2rl.vec_env_choice.resolve_vec_env`).
 
     ``wrap`` is applied to each single env (dummy, subproc) after stacking ``frame_stack``
     observations (:func:`demo2rl.tasks.stack_frames`); a native VecEnv gets neither, so a task
@@ -51,9 +51,9 @@ def make_vec_env(
     episodes itself. ``timeout_s`` (``task.timeout_s``; None: no limit) limits each reset and
     step of the batch (see the module doc).
     """
-    kind = vec_kinds.resolve_vec_env(kind, env_id, frame_stack)
+    kind = vec_env_choice.resolve_vec_env(kind, env_id, frame_stack)
     if kind == "native":
-        native = vec_kinds.native_vec_env(env_id)
+        native = vec_env_choice.native_vec_env(env_id)
         if native is None:
             raise ValueError(f"rl.vec_env 'native': {env_id!r} has no native VecEnv; use auto")
         if wrap is not None or frame_stack > 1:

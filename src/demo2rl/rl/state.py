@@ -24,7 +24,7 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
 from demo2rl import checkpoints, io, locks
-from demo2rl.rl import position, replay
+from demo2rl.rl import replay, resume_point
 
 log = logging.getLogger(__package__)  # "demo2rl.rl", as in every job log before the split
 
@@ -122,12 +122,12 @@ def _trained_tensors(model: BaseAlgorithm) -> dict[str, torch.Tensor]:
 
 
 def save_state(
-    path: Path, model: BaseAlgorithm, run: Mapping[str, Any], at: position.Position
+    path: Path, model: BaseAlgorithm, run: Mapping[str, Any], at: resume_point.ResumePoint
 ) -> None:
     """The run's checkpoint, one file replaced atomically: the weights and optimizer states, an
     off-policy run's replay (:func:`demo2rl.rl.replay.buffer_state`), the run's own record
     ``run`` (its evaluations so far, its resumes) and where it stands, ``at``
-    (:mod:`demo2rl.rl.position`, taken at the same rollout start as the weights). One file, so
+    (:mod:`demo2rl.rl.resume_point`, taken at the same rollout start as the weights). One file, so
     a kill never pairs one checkpoint's weights with another's evaluations or replay. Then
     :data:`STATE`, a readable copy of ``run`` (the trainer never reads it)."""
     ckpt = {
@@ -140,16 +140,16 @@ def save_state(
             else None
         ),
         "run": json.dumps(dict(run)),  # NaN kept (Python's JSON reads it back)
-        "position": position.to_tensors(at),
+        "position": resume_point.to_tensors(at),
     }
     with io.atomic_path(path) as tmp, open(tmp, "wb") as fh:  # a file object keeps the errno
         torch.save(ckpt, fh)
     io.write_json(path.parent / STATE, {"timesteps": at.timesteps, **run})
 
 
-def load_state(path: Path, model: BaseAlgorithm) -> tuple[dict[str, Any], position.Position]:
+def load_state(path: Path, model: BaseAlgorithm) -> tuple[dict[str, Any], resume_point.ResumePoint]:
     """Load :func:`save_state`'s weights into ``model`` (built from the config in force) and
-    return the run's record and position (for :func:`demo2rl.rl.position.restore`);
+    return the run's record and position (for :func:`demo2rl.rl.resume_point.restore`);
     ``weights_only=True``, so a crafted file cannot run code."""
     try:
         ckpt = torch.load(path, map_location=model.device, weights_only=True)
@@ -165,7 +165,7 @@ def load_state(path: Path, model: BaseAlgorithm) -> tuple[dict[str, Any], positi
         if ckpt["replay"] is not None:
             assert isinstance(model, OffPolicyAlgorithm) and model.replay_buffer is not None
             replay.load_buffer_state(model.replay_buffer, ckpt["replay"])
-        run, at = json.loads(ckpt["run"]), position.from_tensors(ckpt["position"])
+        run, at = json.loads(ckpt["run"]), resume_point.from_tensors(ckpt["position"])
     except Exception as err:  # unpickling refused, truncated file, foreign shapes, old format
         raise checkpoints.CheckpointError(
             path, f"cannot resume from it ({type(err).__name__}: {err})"

@@ -29,7 +29,7 @@ from stable_baselines3.common.vec_env import VecEnv
 
 from demo2rl import acting, arms, checkpoints, dataset, evaluation, io, policy, seeds, tasks
 from demo2rl.observations import ObservationKind
-from demo2rl.rl import position, recipe, state
+from demo2rl.rl import recipe, resume_point, state
 from demo2rl.rl.progress import LogLines, MetricsSink
 from demo2rl.specs import RLJob
 
@@ -157,7 +157,7 @@ class _Beginning:
     """How many times the run has resumed, this time included (0 for a fresh run)."""
     evaluations: list[dict[str, float]]
     """The evaluations made before the checkpoint (none for a fresh run)."""
-    at: position.Position | None
+    at: resume_point.ResumePoint | None
     """The checkpoint's position (None for a fresh run)."""
 
 
@@ -193,7 +193,7 @@ def _build_or_resume(
         return _Beginning(model, resumed=0, evaluations=[], at=None)
     saved, at = state.load_state(resume_from / state.CHECKPOINT, model)
     resumed = saved["resumed"] + 1
-    if not (at.env_saved and position.env_is_stateful(env)):
+    if not (at.env_saved and resume_point.env_is_stateful(env)):
         env.seed(seed + resumed * rl_cfg.n_envs)  # new episodes, in the RL seed block
         log.warning(
             "%s has no state_dict()/load_state_dict(): resuming at step %d with every "
@@ -202,7 +202,7 @@ def _build_or_resume(
             type(env.unwrapped).__name__,
             at.timesteps,
         )
-    position.restore(model, at)
+    resume_point.restore(model, at)
     log.info("resuming from step %d (resume #%d)", model.num_timesteps, resumed)
     return _Beginning(model, resumed, saved["evaluations"], at)
 
@@ -231,7 +231,7 @@ def _set_logger(
     state_dir: Path,
     total: int,
     log_metrics: Callable[[dict[str, float], int], None] | None,
-    at: position.Position | None,
+    at: resume_point.ResumePoint | None,
 ) -> Path:
     """Give the model its progress outputs: the job log's lines, a progress segment in
     ``state_dir`` from the model's step on, and ``log_metrics``; a resumed run (``at``) gets
@@ -242,7 +242,7 @@ def _set_logger(
         outputs.append(MetricsSink(log_metrics))
     model.set_logger(Logger(folder=None, output_formats=outputs))
     if at is not None:  # what the killed run had logged for its next progress row
-        position.restore_log(model.logger, at)
+        resume_point.restore_log(model.logger, at)
     return segment
 
 
@@ -321,7 +321,7 @@ def _finish(model: recipe.GuidedPPO | recipe.DemoSAC, schedule: Schedule) -> Non
     schedule.maybe_evaluate(end, force=schedule.last_eval != end)
     if schedule.off_policy and schedule.last_dump != end:
         schedule.dump(end)
-    schedule.save(position.capture(model))
+    schedule.save(resume_point.capture(model))
     model.logger.close()  # the progress segment's file
 
 
@@ -399,7 +399,7 @@ class Schedule:
         self.eval_every, self.checkpoint_every = eval_every, checkpoint_every
         self.last_eval = int(evaluations[-1]["step"]) if evaluations else -1
         self.last_checkpoint = model.num_timesteps
-        self.rollout_start: position.Position | None = None
+        self.rollout_start: resume_point.ResumePoint | None = None
         self.off_policy = isinstance(model, OffPolicyAlgorithm)
         self.last_dump = model.num_timesteps
         self.cpu_start = time.process_time()
@@ -438,18 +438,18 @@ class Schedule:
         if self.off_policy and not due:
             self.rollout_start = None
             return
-        self.rollout_start = position.capture(self.model)
+        self.rollout_start = resume_point.capture(self.model)
         if due:
             self.save(self.rollout_start)
 
     def save_last_rollout_start(self) -> int:
         """Checkpoint the last rollout start (weights unchanged since: no update in between);
         returns its step."""
-        at = self.rollout_start or position.capture(self.model)
+        at = self.rollout_start or resume_point.capture(self.model)
         self.save(at)
         return at.timesteps
 
-    def save(self, at: position.Position) -> None:
+    def save(self, at: resume_point.ResumePoint) -> None:
         """The checkpoint of position ``at`` (the weights are the model's now), atomically."""
         run = {"evaluations": self.evaluations, "resumed": self.resumed}
         state.save_state(self.state_dir / state.CHECKPOINT, self.model, run, at)

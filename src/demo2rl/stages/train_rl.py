@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from demo2rl import checkpoints, dataset, io, jobspec, provenance, rl, tasks
+from demo2rl import checkpoints, dataset, io, provenance, rl, spec_fields, tasks
 from demo2rl.specs import RLJob
 
 if TYPE_CHECKING:
@@ -55,14 +55,14 @@ def train_rl(job: RLJob, run: Run) -> rl.RLResult:
 
 def run_key(job: RLJob, demos_digest: str, clone_digest: str | None) -> dict[str, Any]:
     """The run's resume key: every field of the job that can change its result
-    (:func:`demo2rl.jobspec.result_fields`: all but paths and speed settings), the content of
+    (:func:`demo2rl.spec_fields.result_fields`: all but paths and speed settings), the content of
     its inputs (the dataset's content hash, the clone file's digest, None without a clone) and
     the code of this stage and of the task's env. State left by a run of another config, other
     inputs or other code is never resumed; a field added to :class:`demo2rl.specs.RLJob` is covered
     without a word here."""
     return rl.run_key(
         {
-            "job": jobspec.result_fields(job),
+            "job": spec_fields.result_fields(job),
             "inputs.demos": demos_digest,
             "inputs.clone": clone_digest,
             "code": provenance.code_fingerprint(

@@ -23,14 +23,14 @@ from demo2rl import (
     arms,
     config,
     groups,
-    jobspec,
     names,
     probe,
     provenance,
+    spec_fields,
     specs,
     tasks,
     variants,
-    vec_kinds,
+    vec_env_choice,
 )
 from demo2rl.workflow import graph
 
@@ -71,7 +71,7 @@ def resolve(name: str, cfg: dict[str, Any], gpus: int | None = None) -> dict[str
     # arm is left out); an explicit list is checked by the probe and kept as it is
     cfg["rl"]["arms"] = list(found.arms)
     # `auto` as it runs (native or dummy), so that spelling out the same choice reruns nothing
-    cfg["rl"]["vec_env"] = vec_kinds.resolve_vec_env(
+    cfg["rl"]["vec_env"] = vec_env_choice.resolve_vec_env(
         cfg["rl"]["vec_env"], cfg["task"]["env_id"], cfg["task"]["frame_stack"]
     )
     # `auto` devices as they run (one policy for BC and RL, config.device): CUDA for a CNN
@@ -132,7 +132,7 @@ class Variant:
         fingerprints leave labels and colours out, so that editing one retrains nothing)."""
         self.task = {k: v for k, v in cfg["task"].items() if k != "timeout_s"}
         """The task as a job's param: all but `timeout_s`, which changes no result (the time
-        limit on the task's code: the `timeout_ms` resource, demo2rl.jobs.task_config)."""
+        limit on the task's code: the `timeout_ms` resource, demo2rl.runner.task_config)."""
         self.env = {
             k: self.task[k] for k in ("env_id", "env_kwargs", "frame_stack", "max_episode_steps")
         }
@@ -258,7 +258,8 @@ class Plan:
         rule runs (editing that code reruns it)."""
         spec = specs.SPECS[rule]
         out = {
-            name: self._per_job(get) for name, get in jobspec.fields_from(spec, "params").items()
+            name: self._per_job(get)
+            for name, get in spec_fields.fields_from(spec, "params").items()
         }
         out["code"] = lambda wc: self.code(rule, self.subject(wc) if spec.TASK_CODE else None)
         return out
@@ -267,10 +268,10 @@ class Plan:
         """The resources of ``rule`` that its spec's speed fields are (they rerun nothing)."""
         return {
             name: self._per_job(get)
-            for name, get in jobspec.fields_from(specs.SPECS[rule], "resources").items()
+            for name, get in spec_fields.fields_from(specs.SPECS[rule], "resources").items()
         }
 
-    def _per_job(self, get: jobspec.Getter) -> Any:
+    def _per_job(self, get: spec_fields.Getter) -> Any:
         return lambda wildcards: get(self.subject(wildcards), wildcards)
 
     def arm_looks(self) -> dict[str, list[str]]:

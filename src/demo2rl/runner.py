@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from demo2rl import jobspec, names, provenance, specs, tracking
+from demo2rl import names, provenance, spec_fields, specs, tracking
 from demo2rl.config import TrackingConfig
 
 RESULT_NEUTRAL = True
@@ -44,7 +44,7 @@ def run_rule(smk: Any, stage: Callable[[Any, Any], T]) -> T:
     """Run a heavy rule's stage: its job spec (:data:`demo2rl.specs.SPECS`, built from the
     ``snakemake`` object) and its MLflow run, inside :func:`job`."""
     spec_type = specs.SPECS[smk.rule]
-    spec = jobspec.build(spec_type, smk)
+    spec = spec_fields.build(spec_type, smk)
     with job(smk, stage=spec_type.STAGE, run_name=spec.run_name()) as run:
         return stage(spec, run)
 

@@ -2,7 +2,7 @@
 draw from, so that a resumed run continues exactly as an uninterrupted one would.
 
 stable-baselines3 saves a model's weights and optimizer, but not the rest of what the next
-rollout depends on. A :class:`Position` holds it:
+rollout depends on. A :class:`ResumePoint` holds it:
 
 * the random streams: torch's (the policy's action sampling, the guide's minibatches; CUDA's
   too on a GPU), numpy's global one (PPO shuffles its minibatches with it, SB3's replay samples
@@ -41,7 +41,7 @@ STATEFUL = ("state_dict", "load_state_dict")
 
 
 @dataclasses.dataclass
-class Position:
+class ResumePoint:
     """A run's position at a rollout start (see the module doc); :func:`capture` takes one,
     :func:`restore` puts it back, :func:`to_tensors`/:func:`from_tensors` store it."""
 
@@ -67,7 +67,7 @@ def env_is_stateful(env: VecEnv) -> bool:
     return all(callable(getattr(inner, name, None)) for name in STATEFUL)
 
 
-def capture(model: BaseAlgorithm) -> Position:
+def capture(model: BaseAlgorithm) -> ResumePoint:
     """The model's position now (copies: later steps do not change it)."""
     env = model.get_env()
     assert env is not None
@@ -81,7 +81,7 @@ def capture(model: BaseAlgorithm) -> Position:
     space_rng = model.action_space._np_random
     if space_rng is not None:
         rng["action_space"] = json.dumps(space_rng.bit_generator.state)
-    return Position(
+    return ResumePoint(
         timesteps=int(model.num_timesteps),
         n_updates=int(model._n_updates),
         rng=rng,
@@ -100,14 +100,14 @@ def capture(model: BaseAlgorithm) -> Position:
     )
 
 
-def restore_log(logger: Logger, position: Position) -> None:
+def restore_log(logger: Logger, position: ResumePoint) -> None:
     """Put back what the logger held for its next row (after ``model.set_logger``)."""
     pending = json.loads(position.pending_log)
     for key, value in pending.get("values", {}).items():
         logger.record(key, value, exclude=tuple(pending["excluded"].get(key, ())) or None)
 
 
-def restore(model: BaseAlgorithm, position: Position) -> None:
+def restore(model: BaseAlgorithm, position: ResumePoint) -> None:
     """Put ``position`` back into ``model`` (built afresh, weights already loaded): its env's
     state if saved, else a reset of every env (already seeded by the caller); its counters,
     last observation and random streams. ``model.learn(..., reset_num_timesteps=False)`` then
@@ -140,7 +140,7 @@ def restore(model: BaseAlgorithm, position: Position) -> None:
         model.action_space.np_random.bit_generator.state = json.loads(position.rng["action_space"])
 
 
-def to_tensors(position: Position) -> dict[str, Any]:
+def to_tensors(position: ResumePoint) -> dict[str, Any]:
     """``position`` as tensors, numbers and strings (for ``torch.save``)."""
     return {
         "timesteps": position.timesteps,
@@ -156,9 +156,9 @@ def to_tensors(position: Position) -> dict[str, Any]:
     }
 
 
-def from_tensors(saved: dict[str, Any]) -> Position:
+def from_tensors(saved: dict[str, Any]) -> ResumePoint:
     """The inverse of :func:`to_tensors`."""
-    return Position(
+    return ResumePoint(
         timesteps=int(saved["timesteps"]),
         n_updates=int(saved["n_updates"]),
         rng=saved["rng"],
