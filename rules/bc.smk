@@ -42,7 +42,7 @@ rule plot_bc:
         mem_mb=1000,
         runtime=5,
     params:
+        **PLAN.params("plot_bc"),
         tracking=TRACKING,
-        code=code("plot_bc"),
     script:
         "../scripts/plot_bc.py"

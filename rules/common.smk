@@ -45,11 +45,6 @@ def variant_labels(**labels):
     return from_variant(lambda v: {"variant": v.name, **labels})
 
 
-def code(stage, task=False):
-    """The fingerprint of a plotting rule's code (a heavy rule's is among PLAN.params)."""
-    return lambda wc: PLAN.code(stage, PLAN.at(wc.root) if task else None)
-
-
 wildcard_constraints:
     root="|".join(re.escape(v.root) for v in PLAN.variants.values()),
     shard=r"\d+",

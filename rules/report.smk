@@ -73,9 +73,9 @@ rule plot_summary:
         mem_mb=2000,
         runtime=5,
     params:
+        **PLAN.params("plot_summary"),
         tracking=TRACKING,
         arm_looks=from_variant(lambda v: v.arm_looks),
-        code=code("plot_summary"),
     script:
         "../scripts/plot_summary.py"
 
@@ -105,9 +105,9 @@ rule plot_racing:
         mem_mb=2000,
         runtime=10,
     params:
+        **PLAN.params("plot_racing"),
         tracking=TRACKING,
         arm_looks=from_variant(lambda v: v.arm_looks),
-        code=code("plot_racing", task=True),
     script:
         "../scripts/plot_racing.py"
 
@@ -155,8 +155,8 @@ rule plot_variants:
         mem_mb=2000,
         runtime=5,
     params:
+        **PLAN.params("plot_variants"),
         tracking=TRACKING,
         arm_looks=PLAN.arm_looks(),
-        code=code("plot_variants"),
     script:
         "../scripts/plot_variants.py"

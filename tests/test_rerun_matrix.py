@@ -49,7 +49,9 @@ from conftest import REPO, TEST_CONFIG, checked, run_call, snakemake, snakemake_
 from snakemake.utils import validate
 from warm_snakemake import Call, warm_pool
 
-from demo2rl import names, provenance, tasks, variants
+from demo2rl import names, provenance, variants
+from demo2rl.config import load as load_config
+from demo2rl.workflow.plan import Plan
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("rerun-matrix")]
 SCHEMA = REPO / "config" / "schema.yaml"
@@ -121,28 +123,15 @@ def library_modules() -> list[str]:
     return names
 
 
-TASK_CODE_RULES = sorted(
-    set(re.findall(r'code\("(\w+)", task=True\)', "".join(p.read_text() for p in RULE_FILES)))
-)
-"""The rules whose code fingerprint covers the task's code too, as rules/*.smk declare them."""
-
-
 def fingerprint_coverage(config: Mapping[str, Any]) -> dict[str, list[str]]:
     """Library module -> the rules whose code fingerprint covers it, for ``config``'s task: the
-    modules each rule's fingerprint hashes (rules/common.smk: ``code``)."""
-    task_code = tasks.entry_point_modules(
-        config["task"]["env_id"], config["task"]["expert"]["entry_point"]
-    )
-    hashed = {
-        rule: provenance.code_modules(
-            f"demo2rl.stages.{rule}", *(task_code if rule in TASK_CODE_RULES else ())
-        )
-        for rule in RULES
-    }
+    modules each rule's fingerprint hashes (the Plan's ``code_roots``, what ``code`` hashes)."""
+    plan = Plan(config)
+    hashed = {rule: provenance.code_modules(*plan.code_roots(rule, plan.base)) for rule in RULES}
     return {m: [r for r in RULES if m in hashed[r]] for m in library_modules()}
 
 
-MODULES = fingerprint_coverage(yaml.safe_load(TEST_CONFIG.read_text()))
+MODULES = fingerprint_coverage(load_config(TEST_CONFIG))
 """Library module -> the rules whose code fingerprint covers it, with the test config's task
 (every module of the library; ``[]`` for one that no rule's fingerprint covers, such as the
 tracking modules, which declare themselves ``RESULT_NEUTRAL``)."""

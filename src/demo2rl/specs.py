@@ -20,6 +20,15 @@ from demo2rl import arms, groups, names
 from demo2rl.config import BCConfig, PolicyConfig, RLConfig, TaskConfig
 from demo2rl.spec_fields import path, result, speed
 
+UNFINGERPRINTED_IMPORTS = {
+    "demo2rl.arms": "RLJob's check that an arm gets the clone it uses: it fails a job or lets it "
+    "run, and changes nothing the job computes",
+    "demo2rl.groups": "a getter's, run when the workflow plans: the rl slice it computes is the "
+    "job's param, which Snakemake compares itself",
+    "demo2rl.names": "the jobs' MLflow run names and the getters' paths (where files are, not "
+    "what they hold); the stages that name files import it themselves",
+}
+
 
 def _task(value: Mapping[str, Any], raw: Mapping[str, Any]) -> TaskConfig:
     """The job's task: its param (the config's task less ``timeout_s``) with the time limit on

@@ -36,8 +36,13 @@ from demo2rl.workflow import graph
 
 
 @functools.cache
-def _fingerprint(stage: str, task_code: tuple[str, ...]) -> str:
-    return provenance.code_fingerprint(f"demo2rl.stages.{stage}", *task_code)
+def _fingerprint(roots: tuple[str, ...]) -> str:
+    return provenance.code_fingerprint(*roots)
+
+
+TASK_CODE_PLOTS = frozenset({"plot_racing"})
+"""The plotting rules (they have no job spec) whose code fingerprint covers the task's code too:
+the racing replays step the task's env."""
 
 
 class PlanError(ValueError):
@@ -254,15 +259,23 @@ class Plan:
 
     def params(self, rule: str) -> dict[str, Any]:
         """The params of ``rule``: its spec's result fields (and params-passed paths), each as an
-        input function of the job's wildcards, and ``code``, the fingerprint of the code the
-        rule runs (editing that code reruns it)."""
-        spec = specs.SPECS[rule]
-        out = {
-            name: self._per_job(get)
-            for name, get in spec_fields.fields_from(spec, "params").items()
-        }
-        out["code"] = lambda wc: self.code(rule, self.subject(wc) if spec.TASK_CODE else None)
+        input function of the job's wildcards (a rule without a spec, a plot's, has none), and
+        ``code``, the fingerprint of the code the rule runs (editing that code reruns it)."""
+        spec = specs.SPECS.get(rule)
+        fields = spec_fields.fields_from(spec, "params") if spec else {}
+        out = {name: self._per_job(get) for name, get in fields.items()}
+        out["code"] = lambda wc: _fingerprint(self.code_roots(rule, self.subject(wc)))
         return out
+
+    @staticmethod
+    def code_roots(rule: str, subject: Variant | Plan) -> tuple[str, ...]:
+        """The modules whose code ``rule`` runs, for a job of ``subject``: its stage, and for a
+        rule that runs the task (its spec's ``TASK_CODE``, or :data:`TASK_CODE_PLOTS`) the
+        modules of the variant's env and expert; the fingerprint follows their imports."""
+        spec = specs.SPECS.get(rule)
+        task = spec.TASK_CODE if spec else rule in TASK_CODE_PLOTS
+        stage = f"demo2rl.stages.{rule}"
+        return (stage, *subject.task_code) if task else (stage,)
 
     def resources(self, rule: str) -> dict[str, Any]:
         """The resources of ``rule`` that its spec's speed fields are (they rerun nothing)."""
@@ -277,12 +290,6 @@ class Plan:
     def arm_looks(self) -> dict[str, list[str]]:
         """Every arm's label and colour, over the variants."""
         return {arm: look for v in self.variants.values() for arm, look in v.arm_looks.items()}
-
-    @staticmethod
-    def code(stage: str, task_of: Variant | None = None) -> str:
-        """The fingerprint of the code ``stage`` runs: its module and what that imports, and
-        with ``task_of``, that variant's env and expert too."""
-        return _fingerprint(stage, task_of.task_code if task_of else ())
 
     def report_targets(self, variant: Variant) -> list[str]:
         """What ``variant``'s report is (the clone's loss plot is its clone's)."""
