@@ -43,7 +43,7 @@ from demo2rl import acting, arms, evaluation, groups, names, provenance, rl, sum
 from demo2rl import config as config_lib
 from demo2rl.dataset import read_attrs
 from demo2rl.io import write_json
-from demo2rl.specs import RLJob
+from demo2rl.specs.train_rl import RLJob
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import BENCH_DIR, machine

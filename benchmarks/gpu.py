@@ -40,7 +40,10 @@ from _common import machine, report
 
 from demo2rl.config import BCConfig, PolicyConfig, RLConfig, TaskConfig
 from demo2rl.groups import arm_rl_config
-from demo2rl.specs import BCJob, CollectJob, MergeJob, RLJob
+from demo2rl.specs.collect_shard import CollectJob
+from demo2rl.specs.merge_demos import MergeJob
+from demo2rl.specs.train_bc import BCJob
+from demo2rl.specs.train_rl import RLJob
 from demo2rl.stages import collect_shard, merge_demos, train_bc, train_rl
 from demo2rl.tracking.untracked import Untracked
 

@@ -59,7 +59,8 @@ from demo2rl.config import (
     TrackingConfig,
 )
 from demo2rl.config import load as load_config
-from demo2rl.specs import BCJob, RLJob
+from demo2rl.specs.train_bc import BCJob
+from demo2rl.specs.train_rl import RLJob
 from demo2rl.stages import train_bc as bc_stage
 from demo2rl.stages import train_rl as rl_stage
 

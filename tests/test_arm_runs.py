@@ -17,7 +17,7 @@ from mlflow.tracking import MlflowClient
 
 from demo2rl import arms, names, summary, tracking
 from demo2rl.config import TrackingConfig
-from demo2rl.specs import SummarizeJob
+from demo2rl.specs.summarize import SummarizeJob
 from demo2rl.stages import summarize
 from demo2rl.tracking import lineage, ui
 from demo2rl.tracking.arms import ARM_FILTER, VIEW_TAG

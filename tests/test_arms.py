@@ -32,7 +32,7 @@ from demo2rl import (
     summary,
     tasks,
 )
-from demo2rl.specs import RLJob
+from demo2rl.specs.train_rl import RLJob
 from demo2rl.stages import train_rl as train_rl_stage
 
 CARTPOLE = ("CartPole-v1", {})

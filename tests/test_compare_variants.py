@@ -20,7 +20,8 @@ import pytest
 from test_plots import assert_png
 
 from demo2rl import groups, summary, tracking
-from demo2rl.specs import CompareJob, SummarizeJob
+from demo2rl.specs.compare_variants import CompareJob
+from demo2rl.specs.summarize import SummarizeJob
 from demo2rl.stages import compare_variants as compare_stage
 from demo2rl.stages import plot_variants as plot_stage
 from demo2rl.stages import summarize as summarize_stage

@@ -241,7 +241,7 @@ MEMORY_STEPS = 1000  # frames a shard: 12.3 MB raw, three times a copy block
 CHILD = """
 import json, sys
 from demo2rl import dataset
-from demo2rl.specs import MergeJob
+from demo2rl.specs.merge_demos import MergeJob
 from demo2rl.stages import merge_demos as stage
 
 class Run:

@@ -678,7 +678,7 @@ def test_a_full_disk_under_the_mlflow_store_degrades_tracking_as_an_outage(
 
     from demo2rl import tracking
     from demo2rl.config import TrackingConfig
-    from demo2rl.specs import MergeJob
+    from demo2rl.specs.merge_demos import MergeJob
     from demo2rl.stages.merge_demos import merge_demos
     from demo2rl.tracking import outbox
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import importlib.util
 
 import pytest
 import yaml
@@ -20,7 +21,8 @@ from snakemake.iocontainers import (
     Wildcards,
 )
 
-from demo2rl import arms, config, groups, names, spec_fields, specs
+from demo2rl import arms, config, groups, names, spec_fields
+from demo2rl.specs import registry
 from demo2rl.workflow.plan import Plan, PlanError
 
 TEST = config.load(REPO / "config" / "test.yaml")
@@ -111,11 +113,11 @@ def _rule_values(plan, rule, wildcards):
     return params, resources
 
 
-@pytest.mark.parametrize("rule", sorted(specs.SPECS))
+@pytest.mark.parametrize("rule", sorted(registry.SPECS))
 def test_a_heavy_rules_params_are_its_specs_result_fields_and_its_resources_the_speed_ones(
     plan, rule
 ):
-    spec = specs.SPECS[rule]
+    spec = registry.SPECS[rule]
     by_role: dict[str, set[str]] = {"result": set(), "speed": set(), "path": set()}
     for field in dataclasses.fields(spec):
         by_role[spec_fields.role(field)].add(field.name)
@@ -135,6 +137,11 @@ def test_a_heavy_rules_params_are_its_specs_result_fields_and_its_resources_the_
         <= params
     )
     assert "code" in params  # editing the code the rule runs reruns it
+    # the rule, its stage module and its spec's module share a name; the runner reads these
+    assert spec.__module__ == f"demo2rl.specs.{rule}"
+    assert importlib.util.find_spec(f"demo2rl.stages.{rule}") is not None
+    assert isinstance(spec.STAGE, str) and isinstance(spec.TASK_CODE, bool)
+    assert callable(spec.run_name)
 
 
 def test_a_spec_built_from_a_jobs_snakemake_values_is_what_the_plan_says(plan):
@@ -160,7 +167,7 @@ def test_a_spec_built_from_a_jobs_snakemake_values_is_what_the_plan_says(plan):
         "train_rl",
         None,
     )
-    job = spec_fields.build(specs.RLJob, smk)
+    job = spec_fields.build(registry.SPECS["train_rl"], smk)
     assert (job.arm, job.run_seed, job.seed) == ("bc", 1, TEST["seed"])
     assert params["rl"] == groups.arm_rl_config(warm.config["rl"], "bc")
     assert job.rl == config.RLConfig.of(params["rl"])

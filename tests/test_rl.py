@@ -37,7 +37,7 @@ from demo2rl import (
     tasks,
     vec,
 )
-from demo2rl.specs import RLJob
+from demo2rl.specs.train_rl import RLJob
 from demo2rl.stages import train_rl as train_rl_stage
 
 ENV_ID, ENV_KWARGS = "Racing-v0", {"max_steps": 200}
@@ -823,7 +823,7 @@ def test_a_nan_reward_fails_the_run_naming_it_and_keeps_the_last_checkpoint(tmp_
     with pytest.raises(rl.recipe.NonFiniteValue) as failed:
         train((demos, None), state_dir, "scratch", task=task, checkpoint_every=1024, **kw)
     assert str(failed.value) == (
-        "scratch arm, seed 0, env step 4800: non-finite rewards of env(s) "
+        "scratch arm, seed 1, env step 4800: non-finite rewards of env(s) "
         "[0, 1, 2, 3, 4, 5, 6, 7] after an env step. No policy written; the last checkpoint "
         f"(step 4096) in {state_dir} stays resumable"
     )
@@ -841,7 +841,7 @@ def test_an_overflowing_update_fails_naming_its_losses(tmp_path):
     )
     with pytest.raises(
         rl.recipe.NonFiniteValue,
-        match=r"^scratch arm, seed 0, env step 5120: non-finite train/loss, train/value_loss in "
+        match=r"^scratch arm, seed 1, env step 5120: non-finite train/loss, train/value_loss in "
         r"the update before this rollout\. No policy written; the last checkpoint \(step 4608\)",
     ):
         train(

@@ -659,7 +659,7 @@ def test_summarize_stage_for_a_generic_task(
     figures drawn from it, and the summary metrics and files on the workflow's parent run; for
     any set of arms (``rl.arms``), the first of them the best here."""
     from demo2rl import tracking
-    from demo2rl.specs import SummarizeJob
+    from demo2rl.specs.summarize import SummarizeJob
     from demo2rl.stages import plot_summary, summarize
 
     # every variable start_workflow sets, recorded so that it is undone (delenv of a variable
@@ -792,7 +792,7 @@ def test_summarize_stage_reports_budgets_costs_and_curves_by_wall_time(tmp_path:
     resumed (its progress segments' seconds restart): the summary's per-arm budgets, steps to
     scratch PPO's final return, training seconds, the learning curves against wall seconds, the
     arm-level metrics and summary.md; and the learning-curve figure with its wall-time panel."""
-    from demo2rl.specs import SummarizeJob
+    from demo2rl.specs.summarize import SummarizeJob
     from demo2rl.stages import plot_summary, summarize
 
     curve_steps = {"scratch": [0, 1000, 2000, 3000, 4000], "rlpd": [0, 500, 1000]}

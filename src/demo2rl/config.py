@@ -6,13 +6,14 @@
   the two agree.
 * **Typed sections.** Every section is a frozen dataclass below. A rule passes its job the
   slice of the config the job reads, as plain params (what Snakemake compares to decide a
-  rerun); the stage module turns each slice into its dataclass (:meth:`Section.of`) and the
-  library only ever sees those. A key the dataclass does not know, or a missing one, is a
-  :class:`ConfigError` naming it.
-* ``collect`` and ``evaluate`` mostly shape the set of jobs or set their speed: the rules read
-  them as :class:`CollectConfig` and :class:`EvaluateConfig` (rules/common.smk) and hand each
-  job the one or two numbers it uses, as plain params (or as a resource), so that a key a job
-  does not read never reruns it. ``rl.seeds``, ``rl.arms`` and ``rl.checkpoint_every`` are the
+  rerun); the job's spec turns each slice into its dataclass (:meth:`Section.of`, a field's
+  ``of`` in :mod:`demo2rl.specs`) and the library only ever sees those. A key the dataclass
+  does not know, or a missing one, is a :class:`ConfigError` naming it.
+* ``collect`` and ``evaluate`` mostly shape the set of jobs or set their speed: the Plan reads
+  them as :class:`CollectConfig` and :class:`EvaluateConfig`
+  (:class:`demo2rl.workflow.plan.Variant`) and the spec getters hand each job the one or two
+  numbers it uses, as plain params (or as a resource), so that a key a job does not read never
+  reruns it. ``rl.seeds``, ``rl.arms`` and ``rl.checkpoint_every`` are the
   rules' alone (:data:`RULE_ONLY_KEYS`).
 * :func:`check` holds the cross-key checks a JSON schema cannot say.
 

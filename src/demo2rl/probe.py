@@ -38,7 +38,7 @@ STEPS = 3
 """Steps the probe's batch takes (fewer if an episode ends), all with the expert's first actions:
 the expert is called once (a user's expert may count its calls; tests/user_expert.py does)."""
 ALL_ARMS = "all"
-"""``rl.arms: all`` (the default): every registered arm that applies to the task."""
+"""``rl.arms: all``: every registered arm that applies to the task."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Glue shared by the Snakemake scripts: logging to the rule's log file and the job's MLflow run.
 
-Scripts stay thin: they read their inputs, outputs and params from the ``snakemake`` object and
-call the library inside :func:`job`.
+Scripts stay thin: a heavy rule's is one call, :func:`run_rule` (its job spec built from the
+``snakemake`` object, handed to the stage); a plot's calls its stage inside :func:`job`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from demo2rl import names, provenance, spec_fields, specs, tracking
+from demo2rl import names, provenance, spec_fields, tracking
 from demo2rl.config import TrackingConfig
+from demo2rl.specs import registry
 
 RESULT_NEUTRAL = True
 """The job glue (logging, the job's run) cannot change a result: no code fingerprint
@@ -41,10 +42,15 @@ def setup_logging(path: str | None) -> None:
 
 
 def run_rule(smk: Any, stage: Callable[[Any, Any], T]) -> T:
-    """Run a heavy rule's stage: its job spec (:data:`demo2rl.specs.SPECS`, built from the
+    """Run a heavy rule's stage: its job spec (:data:`demo2rl.specs.registry.SPECS`, built from the
     ``snakemake`` object) and its MLflow run, inside :func:`job`."""
-    spec_type = specs.SPECS[smk.rule]
-    spec = spec_fields.build(spec_type, smk)
+    spec_type = registry.SPECS[smk.rule]
+    try:
+        spec = spec_fields.build(spec_type, smk)
+    except BaseException:  # (a bad value of the rule's, a check of the spec's): into its log
+        setup_logging(smk.log[0] if len(smk.log) else None)
+        log.exception("rule %s: its %s could not be built", smk.rule, spec_type.__name__)
+        raise
     with job(smk, stage=spec_type.STAGE, run_name=spec.run_name()) as run:
         return stage(spec, run)
 

@@ -122,6 +122,11 @@ def build(spec_type: type, smk: Any) -> Any:
         container = getattr(smk, where)
         value = container.get(name)
         if value is None and where != "input":  # only an input may be absent (an optional one)
+            if not hasattr(container, name):
+                raise KeyError(
+                    f"{spec_type.__name__}.{field.name}: the rule {smk.rule} has no {where} "
+                    f"named {name!r}"
+                )
             value = getattr(container, name)
         raw[field.name] = list(value) if _is_file_list(value) else value
     values = {}

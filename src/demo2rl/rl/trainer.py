@@ -31,7 +31,7 @@ from demo2rl import acting, arms, checkpoints, dataset, evaluation, io, policy, 
 from demo2rl.observations import ObservationKind
 from demo2rl.rl import recipe, resume_point, state
 from demo2rl.rl.progress import LogLines, MetricsSink
-from demo2rl.specs import RLJob
+from demo2rl.specs.train_rl import RLJob
 
 log = logging.getLogger(__package__)  # "demo2rl.rl", as in every job log before the split
 
@@ -273,7 +273,7 @@ def _learn(
     except recipe.NonFiniteValue as err:
         last = schedule.last_checkpoint
         raise recipe.NonFiniteValue(
-            f"{arm.name} arm, seed {job.seed}, env step {model.num_timesteps}: {err}. "
+            f"{arm.name} arm, seed {job.run_seed}, env step {model.num_timesteps}: {err}. "
             f"No policy written; the last checkpoint (step {last}) in {schedule.state_dir} "
             "stays resumable"
         ) from None

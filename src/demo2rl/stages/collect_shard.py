@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from demo2rl import collect, dataset
-from demo2rl.specs import CollectJob
+from demo2rl.specs.collect_shard import CollectJob
 
 if TYPE_CHECKING:
     from demo2rl.tracking import Run  # annotations only: importing it imports MLflow

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from demo2rl import groups, io, summary
-from demo2rl.specs import CompareJob
+from demo2rl.specs.compare_variants import CompareJob
 
 if TYPE_CHECKING:
     from demo2rl.tracking import Run  # annotations only: importing it imports MLflow

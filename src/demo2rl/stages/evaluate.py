@@ -23,7 +23,7 @@ from demo2rl import (
     rollout,
     tasks,
 )
-from demo2rl.specs import EvaluateJob
+from demo2rl.specs.evaluate import EvaluateJob
 
 if TYPE_CHECKING:
     from demo2rl.tracking import Run  # annotations only: importing it imports MLflow
@@ -41,7 +41,7 @@ def evaluate_policy(job: EvaluateJob, run: Run) -> dict[str, Any]:
     one it was trained on. ``job.envs`` (envs stepped together) changes speed, never results,
     and ``task.timeout_s`` (each env or expert call's time limit) only whether a hung call fails.
     """
-    name, checkpoint, demos_path, out = job.policy, job.checkpoint, job.demos, job.out
+    name, checkpoint, demos_path, out = job.name, job.checkpoint, job.demos, job.out
     task, episodes, seed, n_envs = job.task, job.episodes, job.seed, job.envs
     torch.set_num_threads(1)  # one thread: fastest for small MLPs, and results stay exact
     group = groups.policy_group(name)

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from demo2rl import arms, io, names, provenance, summary
-from demo2rl.specs import SummarizeJob
+from demo2rl.specs.summarize import SummarizeJob
 
 if TYPE_CHECKING:
     from demo2rl.tracking import Run  # annotations only: importing it imports MLflow

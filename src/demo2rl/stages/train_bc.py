@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from demo2rl import acting, bc, checkpoints, dataset, evaluation, io, provenance, tasks
-from demo2rl.specs import BCJob
+from demo2rl.specs.train_bc import BCJob
 
 if TYPE_CHECKING:
     from demo2rl.tracking import Run  # annotations only: importing it imports MLflow

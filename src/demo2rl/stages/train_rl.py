@@ -8,15 +8,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from demo2rl import checkpoints, dataset, io, provenance, rl, spec_fields, tasks
-from demo2rl.specs import RLJob
+from demo2rl.specs.train_rl import RLJob
 
 if TYPE_CHECKING:
     from demo2rl.tracking import Run  # annotations only: importing it imports MLflow
 
 
 def train_rl(job: RLJob, run: Run) -> rl.RLResult:
-    """One RL run of an arm and seed (:class:`demo2rl.specs.RLJob`); resumes from its state dir,
-    then writes its policy, progress and evaluations (see :func:`run_key` for what resumes)."""
+    """One RL run of an arm and seed (:class:`~demo2rl.specs.train_rl.RLJob`); resumes from its
+    state dir, then writes its policy, progress and evaluations (see :func:`run_key` for what
+    resumes)."""
     digest = dataset.verify(job.demos)  # a truncated or altered dataset stops the run here
     run.log_dataset(job.demos, digest, context="training" if job.clone else "normalisation")
     if job.clone:
@@ -58,7 +59,8 @@ def run_key(job: RLJob, demos_digest: str, clone_digest: str | None) -> dict[str
     (:func:`demo2rl.spec_fields.result_fields`: all but paths and speed settings), the content of
     its inputs (the dataset's content hash, the clone file's digest, None without a clone) and
     the code of this stage and of the task's env. State left by a run of another config, other
-    inputs or other code is never resumed; a field added to :class:`demo2rl.specs.RLJob` is covered
+    inputs or other code is never resumed; a field added to
+    :class:`~demo2rl.specs.train_rl.RLJob` is covered
     without a word here."""
     return rl.run_key(
         {

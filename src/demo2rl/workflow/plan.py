@@ -27,11 +27,11 @@ from demo2rl import (
     probe,
     provenance,
     spec_fields,
-    specs,
     tasks,
     variants,
     vec_env_choice,
 )
+from demo2rl.specs import registry
 from demo2rl.workflow import graph
 
 
@@ -137,7 +137,7 @@ class Variant:
         fingerprints leave labels and colours out, so that editing one retrains nothing)."""
         self.task = {k: v for k, v in cfg["task"].items() if k != "timeout_s"}
         """The task as a job's param: all but `timeout_s`, which changes no result (the time
-        limit on the task's code: the `timeout_ms` resource, demo2rl.runner.task_config)."""
+        limit on the task's code: the `timeout_ms` resource, demo2rl.specs.common.task)."""
         self.env = {
             k: self.task[k] for k in ("env_id", "env_kwargs", "frame_stack", "max_episode_steps")
         }
@@ -261,7 +261,7 @@ class Plan:
         """The params of ``rule``: its spec's result fields (and params-passed paths), each as an
         input function of the job's wildcards (a rule without a spec, a plot's, has none), and
         ``code``, the fingerprint of the code the rule runs (editing that code reruns it)."""
-        spec = specs.SPECS.get(rule)
+        spec = registry.SPECS.get(rule)
         fields = spec_fields.fields_from(spec, "params") if spec else {}
         out = {name: self._per_job(get) for name, get in fields.items()}
         out["code"] = lambda wc: _fingerprint(self.code_roots(rule, self.subject(wc)))
@@ -272,7 +272,7 @@ class Plan:
         """The modules whose code ``rule`` runs, for a job of ``subject``: its stage, and for a
         rule that runs the task (its spec's ``TASK_CODE``, or :data:`TASK_CODE_PLOTS`) the
         modules of the variant's env and expert; the fingerprint follows their imports."""
-        spec = specs.SPECS.get(rule)
+        spec = registry.SPECS.get(rule)
         task = spec.TASK_CODE if spec else rule in TASK_CODE_PLOTS
         stage = f"demo2rl.stages.{rule}"
         return (stage, *subject.task_code) if task else (stage,)
@@ -281,7 +281,7 @@ class Plan:
         """The resources of ``rule`` that its spec's speed fields are (they rerun nothing)."""
         return {
             name: self._per_job(get)
-            for name, get in spec_fields.fields_from(specs.SPECS[rule], "resources").items()
+            for name, get in spec_fields.fields_from(registry.SPECS[rule], "resources").items()
         }
 
     def _per_job(self, get: spec_fields.Getter) -> Any:

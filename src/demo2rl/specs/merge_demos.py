@@ -1,0 +1,33 @@
+"""The merged dataset: the merge_demos job's spec."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from demo2rl.spec_fields import path, result, speed
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MergeJob:
+    """The shards merged into the dataset with its split, statistics and content hash (rule
+    merge_demos).
+
+    :param collect: ``collect.n_episodes`` and ``collect.valid_fraction``.
+    :param shards: the shards, in order.
+    :param out: the merged dataset.
+    :param codec: HDF5 compression of image observations.
+    """
+
+    STAGE: ClassVar[str] = "merge"
+    TASK_CODE: ClassVar[bool] = False
+    collect: Mapping[str, Any] = result(
+        lambda v, wc: v.collect.pick("n_episodes", "valid_fraction")
+    )
+    shards: list[str] = path()
+    out: str = path(source="output")
+    codec: str = speed(lambda v, wc: v.collect.codec)
+
+    def run_name(self) -> str:
+        return "merge-demos"

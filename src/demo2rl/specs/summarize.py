@@ -1,0 +1,62 @@
+"""A variant's comparison across policies and seeds: the summarize job's spec."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import ClassVar
+
+from demo2rl import names
+from demo2rl.spec_fields import path, result
+from demo2rl.specs import common
+
+UNFINGERPRINTED_IMPORTS = {
+    "demo2rl.names": "run names and the getters' paths (where files are, not what they hold); "
+    "the stages that name files import it themselves",
+}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SummarizeJob:
+    """A variant's comparison across policies and RL seeds (rule summarize).
+
+    :param variant: the config variant's name (``base`` for the base config).
+    :param bootstrap_reps: bootstrap resamples of each interval.
+    :param confidence: the intervals' confidence level.
+    :param seed: the workflow's base seed (the bootstrap's stream derives from it).
+    :param curve_tracks: the held-out tracks the RL learning curves were evaluated on.
+    :param curve_runs: the RL run of each of ``curves`` and ``progress``, in their order.
+    :param budgets: env steps per run of each arm (its algorithm's budget).
+    :param arm_looks: each arm's label and colour, as the tables show them.
+    :param evaluations: every policy's evaluation record.
+    :param curves: each RL run's held-out evaluations during training.
+    :param progress: each RL run's progress table (its training seconds, wall and CPU).
+    :param figures: the figures summary.md links to, by key of :data:`names.SUMMARY_FIGURES`.
+    """
+
+    STAGE: ClassVar[str] = "summarize"
+    TASK_CODE: ClassVar[bool] = False
+    variant: str = result(lambda v, wc: v.name)
+    bootstrap_reps: int = result(lambda v, wc: v.evaluate.bootstrap_reps)
+    confidence: float = result(lambda v, wc: v.evaluate.confidence)
+    seed: int = common.seed()
+    curve_tracks: int = result(lambda v, wc: v.evaluate.during_training)
+    curve_runs: list[str] = result(lambda v, wc: [run.name for run in v.runs])
+    budgets: Mapping[str, int] = result(lambda v, wc: v.budgets)
+    arm_looks: Mapping[str, list[str]] = result(lambda v, wc: v.arm_looks)
+    evaluations: list[str] = path()
+    curves: list[str] = path()
+    progress: list[str] = path()
+    figures: Mapping[str, str] = path(
+        lambda v, wc: {k: f"{v.report}/{p}" for k, p in names.SUMMARY_FIGURES.items()},
+        source="params",
+    )
+    summary_json: str = path(source="output")
+    summary_md: str = path(source="output")
+    policies: str = path(source="output")
+    improvement: str = path(source="output")
+    runs: str = path(source="output")
+    episodes: str = path(source="output")
+
+    def run_name(self) -> str:
+        return "summarize"
