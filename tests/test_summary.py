@@ -621,7 +621,7 @@ def test_more_seeds_add_only_their_runs_and_evaluations(test_workflow: Path, tmp
     assert set(re.findall(r"wildcards: root=\S+, policy=(\S+)", text)) == {
         f"rl-{arm}-seed{new}" for arm in arms
     }
-    assert set(re.findall(r"wildcards: root=\S+, init=(\w+), seed=(\d+)", text)) == {
+    assert set(re.findall(r"wildcards: root=\S+, arm=(\w+), seed=(\d+)", text)) == {
         (arm, str(new)) for arm in arms
     }
 
