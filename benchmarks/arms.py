@@ -1,7 +1,7 @@
 """Diagnosis of the demo-guided arms: PPO runs of variants of an arm, several seeds each.
 
 Not a speed benchmark: it measures what a setting does to learning (why the warm start climbs
-slowly, which arm settings work). Each variant is an arm (``init``) plus overrides of the rl
+slowly, which arm settings work). Each variant is an arm plus overrides of the rl
 config; every run uses the dataset and clone of a finished workflow run (``--results``), the
 same budget, and is evaluated like the workflow's runs (``evaluate.during_training`` episodes
 during training, ``evaluate.episodes`` at the end), but on **tuning** tracks
@@ -13,7 +13,7 @@ variant without overrides then reuses the workflow's own run of that arm and see
     python benchmarks/arms.py --results results/racing --variants bc:log_std=-1.0 ...
     python benchmarks/arms.py --variants rlpd:sac.ent_coef=auto_0.1 rlpd ...
 
-A variant is ``init`` or ``init:key=value,key=value`` with keys of ``rl`` (dotted for nested
+A variant is ``arm`` or ``arm:key=value,key=value`` with keys of ``rl`` (dotted for nested
 ones, e.g. ``warm_start.log_std=-0.5`` or ``ppo.learning_rate=1e-4``). Writes
 results/bench/arms-<name>.json (per run: the curve, the final returns per track, the final
 log-std) and prints a table with IQM [95% CI] over seeds and tracks and P(variant > scratch)
@@ -50,12 +50,12 @@ from _common import BENCH_DIR, machine
 
 
 def parse_variant(text: str) -> tuple[str, str, dict[str, Any]]:
-    init, _, overrides = text.partition(":")
+    arm, _, overrides = text.partition(":")
     values = {}
     for item in filter(None, overrides.split(",")):
         key, _, value = item.partition("=")
         values[key] = yaml.safe_load(value)
-    return text, init, values
+    return text, arm, values
 
 
 EPISODES = {"tuning": evaluation.tuning_seeds, "heldout": evaluation.heldout_seeds}
@@ -68,7 +68,7 @@ CACHE = BENCH_DIR / "arms"
 def run_one(
     args: tuple[str, str, dict[str, Any], int, dict[str, Any], str, str],
 ) -> dict[str, Any]:
-    name, init, overrides, run_seed, config, results, episodes = args
+    name, arm, overrides, run_seed, config, results, episodes = args
 
     inputs = {
         "variant": name,
@@ -85,27 +85,27 @@ def run_one(
         return json.loads(cached.read_text())
     out = None
     if not overrides and episodes == "heldout":
-        out = _from_workflow(name, init, run_seed, config, results)
+        out = _from_workflow(name, arm, run_seed, config, results)
     if out is None:
-        out = _train_and_evaluate(name, init, overrides, run_seed, config, results, episodes)
+        out = _train_and_evaluate(name, arm, overrides, run_seed, config, results, episodes)
 
     write_json(cached, out)
     return out
 
 
 def _from_workflow(
-    name: str, init: str, run_seed: int, config: dict[str, Any], results: str
+    name: str, arm: str, run_seed: int, config: dict[str, Any], results: str
 ) -> dict[str, Any] | None:
     """A variant without overrides is the workflow's own run of that arm and seed: its outputs
     (the same code and seeds give the same numbers) if they are there and of this rl config."""
 
-    rl_run = names.RLRun(init, run_seed)
+    rl_run = names.RLRun(arm, run_seed)
     run = Path(rl_run.dir(results))
     record = Path(results) / "eval" / f"{rl_run.name}.json"
     if not (run / "policy.pt").is_file() or not record.is_file():
         return None
     ckpt = torch.load(run / "policy.pt", weights_only=True)
-    wanted = groups.arm_rl_config(config["rl"], init)  # what the workflow gave the run
+    wanted = groups.arm_rl_config(config["rl"], arm)  # what the workflow gave the run
     if ckpt["meta"]["config"]["rl"] != config_lib.RLConfig.of(wanted).to_dict():
         return None
 
@@ -124,21 +124,21 @@ def _from_workflow(
 
 def _train_and_evaluate(
     name: str,
-    init: str,
+    arm: str,
     overrides: dict[str, Any],
     run_seed: int,
     config: dict[str, Any],
     results: str,
     episodes: str,
 ) -> dict[str, Any]:
-    rl_cfg = copy.deepcopy(groups.arm_rl_config(config["rl"], init))
+    rl_cfg = copy.deepcopy(groups.arm_rl_config(config["rl"], arm))
     for dotted, value in overrides.items():
         node = rl_cfg
         *path, last = dotted.split(".")
         for part in path:
             node = node.get(part, {})
         if last not in node:
-            raise KeyError(f"{name}: the {init} arm reads no rl key {dotted!r}")
+            raise KeyError(f"{name}: the {arm} arm reads no rl key {dotted!r}")
         node[last] = value
     task = config_lib.TaskConfig.of(
         {k: config["task"][k] for k in ("env_id", "env_kwargs", "frame_stack")}
@@ -147,7 +147,7 @@ def _train_and_evaluate(
     seeds = EPISODES[episodes]
     with tempfile.TemporaryDirectory() as state_dir:
         spec = RLJob(
-            arm=init,
+            arm=arm,
             run_seed=run_seed,
             seed=config["seed"],
             task=task,
@@ -156,7 +156,7 @@ def _train_and_evaluate(
             clip_obs=config["bc"]["clip_obs"],
             eval_episodes=evaluate.during_training,
             demos=f"{results}/demos/demos.h5",
-            clone=f"{results}/bc/policy.pt" if arms.get(init).uses_clone(rl_cfg) else None,
+            clone=f"{results}/bc/policy.pt" if arms.get(arm).uses_clone(rl_cfg) else None,
             state_dir=state_dir,
             threads=1,
             eval_envs=evaluate.n_envs,

@@ -377,7 +377,7 @@ def test_sac_training_raises_the_held_out_return(demos_and_clone, tmp_path, arm)
     (a fresh actor drives off the track)."""
     steps = 8192
     run = {"sac": SAC | {"total_timesteps": steps}, "eval_every": steps}
-    result = train(demos_and_clone, tmp_path, init=arm, eval_episodes=16, **run)
+    result = train(demos_and_clone, tmp_path, arm=arm, eval_episodes=16, **run)
     assert [row["step"] for row in result.evaluations] == [0, steps]
     (start, end) = (row["return_mean"] for row in result.evaluations)
     margin = LEARNING_MARGIN[arm]

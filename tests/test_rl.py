@@ -63,9 +63,9 @@ RUN_ARGS = {"threads": 1, "eval_envs": 16, "checkpoint_every": 512}
 """Speed and robustness settings: arguments of train_rl, not part of a run's key."""
 
 
-def typed(init: str, rl_cfg: dict) -> config.RLConfig:
-    """The ``rl`` section a run of ``init`` gets (rules/rl.smk: its arm's slice)."""
-    return config.RLConfig.of(groups.arm_rl_config(rl_cfg, init))
+def typed(arm: str, rl_cfg: dict) -> config.RLConfig:
+    """The ``rl`` section a run of ``arm`` gets (rules/rl.smk: its arm's slice)."""
+    return config.RLConfig.of(groups.arm_rl_config(rl_cfg, arm))
 
 
 def dataset_and_clone(
@@ -124,10 +124,10 @@ def demos_and_clone(tmp_path_factory) -> tuple[Path, Path]:
     )
 
 
-def key_of(init: str, rl_cfg: dict, run_seed: int = 1) -> dict:
+def key_of(arm: str, rl_cfg: dict, run_seed: int = 1) -> dict:
     """The run key of a run in these tests, as the stage derives it from the run's job spec
     (stand-in digests for the dataset and the clone)."""
-    spec = job(("demos.h5", "bc.pt"), Path("state"), init, rl_cfg, run_seed=run_seed)
+    spec = job(("demos.h5", "bc.pt"), Path("state"), arm, rl_cfg, run_seed=run_seed)
     clone = "clone-v1" if spec.clone else None
     return train_rl_stage.run_key(spec, "demos-v1", clone)
 
@@ -135,7 +135,7 @@ def key_of(init: str, rl_cfg: dict, run_seed: int = 1) -> dict:
 def train(
     demos_and_clone,
     state_dir: Path,
-    init: str = "bc",
+    arm: str = "bc",
     key: dict | None = None,
     *,
     task: tuple[str, dict] = (ENV_ID, ENV_KWARGS),
@@ -145,15 +145,15 @@ def train(
     """A run of RL_CFG with ``overrides``: rl config keys, or the speed settings in RUN_ARGS."""
     run_args = RUN_ARGS | {k: overrides.pop(k) for k in RUN_ARGS if k in overrides}
     rl_cfg = RL_CFG | overrides
-    spec = job(demos_and_clone, state_dir, init, rl_cfg, task=task, eval_episodes=eval_episodes)
+    spec = job(demos_and_clone, state_dir, arm, rl_cfg, task=task, eval_episodes=eval_episodes)
     spec = dataclasses.replace(spec, **run_args)
-    return rl.train_rl(spec, key=key_of(init, rl_cfg) if key is None else key)
+    return rl.train_rl(spec, key=key_of(arm, rl_cfg) if key is None else key)
 
 
 def job(
     demos_and_clone,
     state_dir: Path,
-    init: str,
+    arm: str,
     rl_cfg: dict,
     *,
     task: tuple[str, dict] = (ENV_ID, ENV_KWARGS),
@@ -164,16 +164,16 @@ def job(
     """The job spec of a run of these tests (the clone given to every arm that needs it)."""
     demos, clone = demos_and_clone
     spec = RLJob(
-        arm=init,
+        arm=arm,
         run_seed=run_seed,
         seed=0,
         task=configs.task(*task),
         policy=POLICY_CFG,
-        rl=typed(init, rl_cfg),
+        rl=typed(arm, rl_cfg),
         clip_obs=CLIP_OBS,
         eval_episodes=eval_episodes,
         demos=str(demos),
-        clone=str(clone) if arms.get(init).uses_clone(rl_cfg) else None,
+        clone=str(clone) if arms.get(arm).uses_clone(rl_cfg) else None,
         state_dir=str(state_dir),
         **RUN_ARGS,
     )
@@ -209,14 +209,14 @@ def clone_env(demos_and_clone):
     env.close()
 
 
-def build(init: str, clone_env, rl_cfg: dict | None = None, seed: int = 3) -> rl.GuidedPPO:
+def build(arm: str, clone_env, rl_cfg: dict | None = None, seed: int = 3) -> rl.GuidedPPO:
     clone, _, _, env = clone_env
     return rl.build_model(
         rl.Start(
-            arm=arms.get(init),
+            arm=arms.get(arm),
             env=env,
             policy_cfg=POLICY_CFG,
-            rl_cfg=typed(init, rl_cfg or RL_CFG),
+            rl_cfg=typed(arm, rl_cfg or RL_CFG),
             clone=clone,
             demos=lambda: pytest.fail("no demonstration term in this config"),
             transitions=lambda *_: pytest.fail("no demonstration replay in this config"),
@@ -265,7 +265,7 @@ def test_residual_checkpoint_loads_and_acts_like_the_trained_policy(
 ):
     _, _, act_space, env = clone_env
     raw = dataset.read(demos_and_clone[0]).steps["observations"][:300]
-    result = train(demos_and_clone, tmp_path / "state", init="residual", total_timesteps=1024)
+    result = train(demos_and_clone, tmp_path / "state", arm="residual", total_timesteps=1024)
     checkpoints.save_checkpoint(
         tmp_path / "rl.pt",
         result.model.policy,
@@ -315,8 +315,8 @@ def test_kickstart_pulls_a_fresh_policy_towards_the_clone_then_fades(
     # enough optimiser steps per update to see the pull (80 here, 80 in the default config)
     ppo = RL_CFG["ppo"] | {"batch_size": 64, "n_epochs": 10, "learning_rate": 1e-3}
     kw = {"total_timesteps": 2048, "ppo": ppo}
-    kicked = train(demos_and_clone, tmp_path / "kick", init="kickstart", **kw)
-    plain = train(demos_and_clone, tmp_path / "scratch", init="scratch", **kw)
+    kicked = train(demos_and_clone, tmp_path / "kick", arm="kickstart", **kw)
+    plain = train(demos_and_clone, tmp_path / "scratch", arm="scratch", **kw)
     assert gap(kicked.model.policy) < 0.8 * gap(plain.model.policy)
     # the weight falls linearly from coef at step 0 to 0 at decay x budget, by the env steps
     # before each update's rollout (512 env steps per rollout here; SB3 writes an update's
@@ -350,23 +350,23 @@ the expert's return, far above noise: with the optimiser step removed (Adam.step
 runs stay at exactly 0.19 throughout."""
 
 
-@pytest.mark.parametrize(("init", "steps"), [("scratch", 16384), ("kickstart", 8192)])
-def test_ppo_training_raises_the_held_out_return(demos_and_clone, tmp_path, init, steps):
+@pytest.mark.parametrize(("arm", "steps"), [("scratch", 16384), ("kickstart", 8192)])
+def test_ppo_training_raises_the_held_out_return(demos_and_clone, tmp_path, arm, steps):
     """PPO learns: from scratch (the control) and kickstarted from the clone (a demo arm that
     starts with a fresh policy, so that what it reaches is learnt), the held-out return after
     a few thousand env steps is LEARNING_MARGIN above the return at step 0. The residual and
     warm-start arms start at the clone's return, which this budget barely moves."""
     ppo = RL_CFG["ppo"] | LEARNING_PPO
     run = {"ppo": ppo, "total_timesteps": steps, "eval_every": steps}
-    result = train(demos_and_clone, tmp_path, init=init, eval_episodes=16, **run)
+    result = train(demos_and_clone, tmp_path, arm=arm, eval_episodes=16, **run)
     assert [row["step"] for row in result.evaluations] == [0, steps]
     (start, end) = (row["return_mean"] for row in result.evaluations)
-    assert end >= start + LEARNING_MARGIN, f"{init}: {start:.2f} at step 0, {end:.2f} at {steps}"
+    assert end >= start + LEARNING_MARGIN, f"{arm}: {start:.2f} at step 0, {end:.2f} at {steps}"
 
 
 def test_same_seed_gives_the_same_policy(demos_and_clone, tmp_path):
-    a = train(demos_and_clone, tmp_path / "a", init="scratch", total_timesteps=1024)
-    b = train(demos_and_clone, tmp_path / "b", init="scratch", total_timesteps=1024)
+    a = train(demos_and_clone, tmp_path / "a", arm="scratch", total_timesteps=1024)
+    b = train(demos_and_clone, tmp_path / "b", arm="scratch", total_timesteps=1024)
     for key, value in a.model.policy.state_dict().items():
         assert torch.equal(value, b.model.policy.state_dict()[key]), key
     assert pd.DataFrame(a.evaluations).equals(pd.DataFrame(b.evaluations))  # NaN-aware
@@ -385,25 +385,25 @@ def test_demonstration_term_starts_after_the_critic_warm_up(demos_and_clone, tmp
     assert (rows["train/guide_loss"] > 0).all()
 
 
-@pytest.mark.parametrize("init", ["scratch", "residual", "kickstart"])
-def test_every_vec_env_gives_the_same_results(demos_and_clone, tmp_path, init):
+@pytest.mark.parametrize("arm", ["scratch", "residual", "kickstart"])
+def test_every_vec_env_gives_the_same_results(demos_and_clone, tmp_path, arm):
     kw = {"vec_env": "subproc", "total_timesteps": 1024, "n_envs": 4}
-    one = train(demos_and_clone, tmp_path / "one", init=init, threads=1, **kw)
-    two = train(demos_and_clone, tmp_path / "two", init=init, threads=2, **kw)
-    dummy = train(demos_and_clone, tmp_path / "dummy", init=init, **kw | {"vec_env": "dummy"})
-    native = train(demos_and_clone, tmp_path / "native", init=init, **kw | {"vec_env": "native"})
+    one = train(demos_and_clone, tmp_path / "one", arm=arm, threads=1, **kw)
+    two = train(demos_and_clone, tmp_path / "two", arm=arm, threads=2, **kw)
+    dummy = train(demos_and_clone, tmp_path / "dummy", arm=arm, **kw | {"vec_env": "dummy"})
+    native = train(demos_and_clone, tmp_path / "native", arm=arm, **kw | {"vec_env": "native"})
     for key, value in one.model.policy.state_dict().items():
         assert torch.equal(value, two.model.policy.state_dict()[key]), key
         assert torch.equal(value, dummy.model.policy.state_dict()[key]), key
         assert torch.equal(value, native.model.policy.state_dict()[key]), key
 
 
-def _train_in_child(demos_and_clone, state_dir, total, init, checkpoint_every=1024):
+def _train_in_child(demos_and_clone, state_dir, total, arm, checkpoint_every=1024):
     try:  # runs in a forked process
         train(
             demos_and_clone,
             state_dir,
-            init,
+            arm,
             total_timesteps=total,
             checkpoint_every=checkpoint_every,
         )
@@ -428,17 +428,17 @@ def same_progress(a: pd.DataFrame, b: pd.DataFrame) -> None:
 
 
 @pytest.mark.parametrize(
-    ("init", "sig"),
+    ("arm", "sig"),
     [("bc", signal.SIGKILL), ("residual", signal.SIGTERM), ("kickstart", signal.SIGKILL)],
 )
-def test_a_killed_run_resumes_bit_for_bit(demos_and_clone, tmp_path, init, sig):
+def test_a_killed_run_resumes_bit_for_bit(demos_and_clone, tmp_path, arm, sig):
     """Killed in the middle of training (SIGKILL: anywhere, even while saving; SIGTERM: the
     trainer saves its last rollout start and exits 75), then rerun: the run resumes from its
     last checkpoint and ends with the weights, evaluations and progress rows of an
     uninterrupted run, bit for bit (Racing-v0's VecEnv saves its cars' state), each step once."""
     total, state_dir = 8192, tmp_path / "killed"
     child = mp.get_context("fork").Process(
-        target=_train_in_child, args=(demos_and_clone, state_dir, total, init, 512)
+        target=_train_in_child, args=(demos_and_clone, state_dir, total, arm, 512)
     )
     child.start()
     deadline = time.monotonic() + 600  # a bound on a hang, not a speed
@@ -462,13 +462,13 @@ def test_a_killed_run_resumes_bit_for_bit(demos_and_clone, tmp_path, init, sig):
     (state_dir / "let-go").unlink(missing_ok=True)
     kept = sorted(p.name for p in state_dir.iterdir() if not p.name.startswith("progress-"))
     assert [name for name in kept if ".tmp-" not in name] == [rl.CHECKPOINT, rl.KEY, rl.STATE]
-    expected_key = key_of(init, RL_CFG | {"total_timesteps": total})
+    expected_key = key_of(arm, RL_CFG | {"total_timesteps": total})
     assert json.loads((state_dir / rl.KEY).read_text()) == expected_key
-    if init == "kickstart":  # as if killed between the checkpoint and its readable copy
+    if arm == "kickstart":  # as if killed between the checkpoint and its readable copy
         (state_dir / rl.STATE).unlink()
 
-    resumed = train(demos_and_clone, state_dir, init, total_timesteps=total)
-    whole = train(demos_and_clone, tmp_path / "whole", init, total_timesteps=total)
+    resumed = train(demos_and_clone, state_dir, arm, total_timesteps=total)
+    whole = train(demos_and_clone, tmp_path / "whole", arm, total_timesteps=total)
     assert resumed.resumed == 1 and resumed.timesteps == whole.timesteps == total
     same_weights(resumed.model.policy, whole.model.policy)
     assert same_rows(resumed.evaluations, whole.evaluations)  # none lost, none repeated
@@ -483,7 +483,7 @@ def test_a_resumed_env_without_state_is_reset_and_says_so(demos_and_clone, tmp_p
     """A task whose VecEnv cannot save its state (here DummyVecEnv of the single env) still
     resumes from the checkpoint's weights and step, with every env reset; the log says the run
     now differs from an uninterrupted one."""
-    kw = {"init": "scratch", "vec_env": "dummy"}
+    kw = {"arm": "scratch", "vec_env": "dummy"}
     key = key_of("scratch", RL_CFG | {"total_timesteps": 2048, "vec_env": "dummy"})
     train(demos_and_clone, tmp_path / "s", key=key, total_timesteps=1024, **kw)
     with caplog.at_level("WARNING", logger="demo2rl.rl"):
@@ -610,7 +610,7 @@ def test_a_crafted_checkpoint_is_refused_without_running_its_code(demos_and_clon
     _plant_state(state_dir, key_of("scratch", RL_CFG), write(crafted, tmp_path / "crafted.pt"))
     assert rl.claim_state_dir(state_dir, key_of("scratch", RL_CFG)), "the run must try to resume"
     with pytest.raises(checkpoints.CheckpointError) as err:
-        train(demos_and_clone, state_dir, init="scratch")
+        train(demos_and_clone, state_dir, arm="scratch")
     assert not marker.exists(), "unpickling the crafted checkpoint ran its code"
     assert err.value.path == state_dir / rl.CHECKPOINT
     assert str(err.value).startswith(f"{state_dir / rl.CHECKPOINT}: cannot resume from it")
@@ -626,10 +626,10 @@ def test_state_of_another_run_is_discarded(demos_and_clone, tmp_path, caplog):
     warning naming what differs; the run starts at step 0 and equals a fresh run bit for bit."""
     short = {"total_timesteps": 1024, "eval_every": 512}
     other = RL_CFG["ppo"] | {"learning_rate": 1e-3}
-    first = train(demos_and_clone, tmp_path / "state", init="scratch", **short, ppo=other)
+    first = train(demos_and_clone, tmp_path / "state", arm="scratch", **short, ppo=other)
     assert first.timesteps == 1024 and (tmp_path / "state" / rl.CHECKPOINT).is_file()
     with caplog.at_level("WARNING", logger="demo2rl.rl"):
-        again = train(demos_and_clone, tmp_path / "state", init="scratch", **short)
+        again = train(demos_and_clone, tmp_path / "state", arm="scratch", **short)
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1, warnings
     assert "discarding the state in" in warnings[0]
@@ -642,7 +642,7 @@ def test_state_of_another_run_is_discarded(demos_and_clone, tmp_path, caplog):
     assert json.loads((tmp_path / "state" / rl.KEY).read_text()) == key_of(
         "scratch", RL_CFG | short
     )
-    fresh = train(demos_and_clone, tmp_path / "fresh", init="scratch", **short)
+    fresh = train(demos_and_clone, tmp_path / "fresh", arm="scratch", **short)
     same_weights(again.model.policy, fresh.model.policy)
     assert pd.DataFrame(again.evaluations).equals(pd.DataFrame(fresh.evaluations))
     with pytest.raises(AssertionError):  # the discarded run really was another one
@@ -680,10 +680,10 @@ def test_state_of_the_same_run_resumes(demos_and_clone, tmp_path, caplog):
     """The same key resumes: a finished run, rerun, trains nothing more and returns its policy;
     a run stopped early continues from its checkpoint."""
     short = {"total_timesteps": 1024, "eval_every": 512}
-    done = train(demos_and_clone, tmp_path / "done", init="scratch", **short)
+    done = train(demos_and_clone, tmp_path / "done", arm="scratch", **short)
     progress = rl.progress_table(tmp_path / "done")
     with caplog.at_level("WARNING", logger="demo2rl.rl"):
-        rerun = train(demos_and_clone, tmp_path / "done", init="scratch", **short)
+        rerun = train(demos_and_clone, tmp_path / "done", arm="scratch", **short)
     assert not [r for r in caplog.records if r.levelname == "WARNING"]
     assert rerun.resumed == 1 and rerun.timesteps == 1024
     same_weights(rerun.model.policy, done.model.policy)
@@ -693,9 +693,9 @@ def test_state_of_the_same_run_resumes(demos_and_clone, tmp_path, caplog):
     # stopped at 512 of 1024 steps (a run whose budget ended there, recorded under the key of
     # the full run): the rerun continues from step 512, keeping the evaluations made before
     key = key_of("scratch", RL_CFG | short)
-    half = train(demos_and_clone, tmp_path / "half", init="scratch", key=key, total_timesteps=512)
+    half = train(demos_and_clone, tmp_path / "half", arm="scratch", key=key, total_timesteps=512)
     assert half.timesteps == 512
-    resumed = train(demos_and_clone, tmp_path / "half", init="scratch", **short)
+    resumed = train(demos_and_clone, tmp_path / "half", arm="scratch", **short)
     assert resumed.resumed == 1 and resumed.timesteps == 1024
     assert same_rows(resumed.evaluations[: len(half.evaluations)], half.evaluations)
     assert [row["step"] for row in resumed.evaluations] == [0, 512, 1024]
@@ -762,11 +762,11 @@ def cartpole(tmp_path_factory) -> tuple[Path, Path]:
     return paths
 
 
-def train_cartpole(cartpole, state_dir: Path, init: str, **overrides) -> rl.RLResult:
+def train_cartpole(cartpole, state_dir: Path, arm: str, **overrides) -> rl.RLResult:
     """A short run on CartPole-v1 with the default vec_env (auto: DummyVecEnv here)."""
     overrides = {"vec_env": "auto", "total_timesteps": 1024} | overrides
     task = ("CartPole-v1", {})
-    return train(cartpole, state_dir, init, task=task, eval_episodes=4, **overrides)
+    return train(cartpole, state_dir, arm, task=task, eval_episodes=4, **overrides)
 
 
 def test_categorical_guide_loss_is_the_nll_of_demonstrated_actions(cartpole):
