@@ -1,6 +1,6 @@
 rule collect_shard:
     output:
-        out="{root}/demos/shard-{shard}.h5",
+        out=f"{{root}}/{names.SHARD}",
     log:
         "{root}/logs/collect_shard/{shard}.log",
     benchmark:

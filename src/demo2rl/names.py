@@ -24,6 +24,8 @@ RL_POLICY = "rl-{arm}-seed{seed}"
 """An RL run's policy name, as a pattern of the rules' wildcards."""
 RL_DIR = "rl/{arm}/seed-{seed}"
 """An RL run's directory under the experiment's results, as a pattern of the wildcards."""
+SHARD = "demos/shard-{shard}.h5"
+"""A collection shard under a variant's results, as a pattern of the ``shard`` wildcard."""
 RL_LOG = "{arm}-seed{seed}"
 """An RL run's log and benchmark file stem, as a pattern of the wildcards."""
 _RL_POLICY = re.compile(r"rl-(?P<arm>[A-Za-z0-9_]+)-seed(?P<seed>\d+)")

@@ -225,7 +225,8 @@ class Plan:
 
     def shards(self, variant: Variant) -> list[str]:
         """The shards ``variant``'s dataset merges, in order (each a collect_shard job's)."""
-        return [f"{variant.root}/demos/shard-{i}.h5" for i in range(variant.collect.n_shards)]
+        n = variant.collect.n_shards
+        return [f"{variant.root}/{names.SHARD.format(shard=i)}" for i in range(n)]
 
     def summary_inputs(self, variant: Variant) -> dict[str, list[str]]:
         """What ``variant``'s summary reads: every policy's evaluation, and each RL run's
