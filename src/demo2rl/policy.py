@@ -43,6 +43,7 @@ from stable_baselines3.common.vec_env import VecTransposeImage
 from torch import nn
 
 from demo2rl.config import ConfigError, PolicyConfig
+from demo2rl.config import device as config_device
 from demo2rl.observations import ObservationKind
 
 UNFINGERPRINTED_IMPORTS = {
@@ -525,10 +526,12 @@ class ObsNormalizer:
 
 def resolve_device(device: str, cuda_pays: bool = True) -> torch.device:
     """The device BC or PPO trains the network on, from the config's ``device``: ``"auto"``
-    (CUDA when visible and ``cuda_pays``, else CPU), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
-    PPO passes ``cuda_pays`` only for a CNN: its small MLPs step faster on the CPU."""
+    (the workflow's rule, :func:`demo2rl.config.device`, with the GPUs this process sees: CUDA
+    when visible and ``cuda_pays``, else CPU), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``. PPO
+    passes ``cuda_pays`` only for a CNN: its small MLPs step faster on the CPU. (The workflow
+    resolves ``auto`` when it plans; a caller of the library may still pass it.)"""
     if device == "auto":
-        return torch.device("cuda" if cuda_pays and torch.cuda.is_available() else "cpu")
+        device = config_device("auto", images=cuda_pays, gpus=torch.cuda.device_count())
     try:
         dev = torch.device(device)
     except RuntimeError as err:
