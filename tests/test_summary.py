@@ -23,6 +23,7 @@ from demo2rl import arms as arms_lib
 from demo2rl import dataset, evaluation, groups, names, rollout, seeds, summary, tasks
 from demo2rl import racing_replay as replay
 from demo2rl.config import TrackingConfig
+from demo2rl.specs.summarize import SummarizeJob
 
 CONFIG = yaml.safe_load(TEST_CONFIG.read_text())
 EXP = CONFIG["experiment"]
@@ -659,7 +660,6 @@ def test_summarize_stage_for_a_generic_task(
     figures drawn from it, and the summary metrics and files on the workflow's parent run; for
     any set of arms (``rl.arms``), the first of them the best here."""
     from demo2rl import tracking
-    from demo2rl.specs.summarize import SummarizeJob
     from demo2rl.stages import plot_summary, summarize
 
     # every variable start_workflow sets, recorded so that it is undone (delenv of a variable
@@ -700,23 +700,7 @@ def test_summarize_stage_for_a_generic_task(
         params={},
         settings=TrackingConfig(enabled=True, fail_on_error=False),
     ) as run:
-        job = SummarizeJob(
-            variant="base",
-            bootstrap_reps=300,
-            confidence=0.9,
-            seed=0,
-            curve_tracks=3,
-            curve_runs=list(curves),
-            budgets={},
-            arm_looks={},
-            evaluations=evals,
-            curves=list(curves.values()),
-            progress=[progress[name] for name in curves],
-            figures=figures,
-            summary_json=str(out / "summary.json"),
-            summary_md=str(out / "summary.md"),
-            **{k: str(out / f"{k}.csv") for k in ("policies", "improvement", "runs", "episodes")},
-        )
+        job = summarize_job(out, evals, curves, progress, figures, budgets={})
         result = summarize.summarize(job, run)
     best = f"rl_{arms[0]}"
     assert result["best_rl"].startswith(f"rl-{arms[0]}-")
@@ -792,7 +776,6 @@ def test_summarize_stage_reports_budgets_costs_and_curves_by_wall_time(tmp_path:
     resumed (its progress segments' seconds restart): the summary's per-arm budgets, steps to
     scratch PPO's final return, training seconds, the learning curves against wall seconds, the
     arm-level metrics and summary.md; and the learning-curve figure with its wall-time panel."""
-    from demo2rl.specs.summarize import SummarizeJob
     from demo2rl.stages import plot_summary, summarize
 
     curve_steps = {"scratch": [0, 1000, 2000, 3000, 4000], "rlpd": [0, 500, 1000]}
@@ -828,23 +811,8 @@ def test_summarize_stage_reports_budgets_costs_and_curves_by_wall_time(tmp_path:
     out = tmp_path / "report"
     figures = {"curves_png": str(out / "curves.png"), "returns_png": str(out / "returns.png")}
     recorder = ArmRecorder()
-    job = SummarizeJob(
-        variant="base",
-        bootstrap_reps=300,
-        confidence=0.9,
-        seed=0,
-        curve_tracks=3,
-        curve_runs=list(curves),
-        budgets={arm: groups.arm_budget(RL_CFG, arm) for arm in ("scratch", "rlpd", "sac")},
-        arm_looks={},
-        evaluations=evals,
-        curves=list(curves.values()),
-        progress=[progress[name] for name in curves],
-        figures=figures,
-        summary_json=str(out / "summary.json"),
-        summary_md=str(out / "summary.md"),
-        **{k: str(out / f"{k}.csv") for k in TABLES},
-    )
+    budgets = {arm: groups.arm_budget(RL_CFG, arm) for arm in ("scratch", "rlpd", "sac")}
+    job = summarize_job(out, evals, curves, progress, figures, budgets)
     summarize.summarize(job, recorder)
     saved = json.loads((out / "summary.json").read_text())
     assert saved["scratch_final_return"] == 80
@@ -895,3 +863,26 @@ def test_summarize_stage_reports_budgets_costs_and_curves_by_wall_time(tmp_path:
     with Image.open(figures["curves_png"]) as image:
         width, height = image.size
     assert width > 2.5 * height
+
+
+def summarize_job(out, evals, curves, progress, figures, budgets):
+    """The summarize stage's job over the given evaluation records and RL curves (each run's
+    curve and progress table by policy name), its outputs under ``out``: 300 bootstrap
+    resamples, 90% intervals, seed 0, curves on 3 tracks."""
+    return SummarizeJob(
+        variant="base",
+        bootstrap_reps=300,
+        confidence=0.9,
+        seed=0,
+        curve_tracks=3,
+        curve_runs=list(curves),
+        budgets=budgets,
+        arm_looks={},
+        evaluations=evals,
+        curves=list(curves.values()),
+        progress=[progress[name] for name in curves],
+        figures=figures,
+        summary_json=str(out / "summary.json"),
+        summary_md=str(out / "summary.md"),
+        **{k: str(out / f"{k}.csv") for k in TABLES},
+    )
