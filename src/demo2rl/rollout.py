@@ -6,7 +6,9 @@ the slot it ran in; episodes come back in the order of their seeds.
 :func:`run_episodes` has two parts, each readable alone: the scheduler (:class:`_Slots`, which
 slot of the batch runs which episode, and :func:`_batch_steps`, which steps the batch, with the
 checks and time limits) and the layout of the results (:class:`_Results`, the per-step rows and
-the per-episode tables and info).
+the per-episode tables and info). Who acts is :class:`_Actors`': one policy, whose actions are
+executed and recorded, or (DAgger, :class:`Teacher`) a learner and an expert, whose labels are
+recorded whichever of the two acted.
 """
 
 from __future__ import annotations
@@ -24,8 +26,61 @@ OBSERVATION = "observation"
 """The policy input that is the observation itself (``task.expert.input``'s default)."""
 
 
+TEACHER_STEPS = "teacher_steps"
+"""The episode table's column, with a :class:`Teacher`: per episode, the steps on which the
+teacher's action was the one executed."""
+
+
 class RolloutError(RuntimeError):
     """The task or policy produced something that cannot be recorded."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Teacher:
+    """The expert of a DAgger rollout (Ross et al. 2011): it labels every step the learner's
+    episodes visit, and drives some of them.
+
+    With a teacher, :func:`run_episodes`' ``policy`` is the learner. On each step of each
+    episode both are called on what they read; the action executed is the teacher's with
+    probability ``beta`` (:func:`teacher_drives`: fixed by the episode's seed and the step),
+    else the learner's, and the action recorded is always the teacher's: the label that DAgger
+    trains on.
+
+    :param policy: the expert, a batched callable (:func:`demo2rl.tasks.load_expert`).
+    :param input: what it reads, as ``run_episodes``' ``policy_input`` (``task.expert.input``:
+        the observations, or privileged ``"info.<key>"``).
+    :param beta: the probability that its action is executed, per episode and step: 1, it
+        drives every step (an expert collection of the same seeds); 0, the learner does.
+    """
+
+    policy: tasks.PolicyFn
+    input: str = OBSERVATION
+    beta: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.beta <= 1.0:  # (false for NaN too)
+            raise ValueError(f"a teacher's beta must be in [0, 1], got {self.beta}")
+
+
+def teacher_drives(episode_seeds: np.ndarray, steps: np.ndarray, beta: float) -> np.ndarray:
+    """Whether the teacher's action is executed at step ``steps`` (0: an episode's first action)
+    of the episodes of seed ``episode_seeds`` (arrays of one shape): ``u(seed, step) < beta``,
+    ``u`` uniform in [0, 1) from a counter-based hash (SplitMix64's finaliser, twice) of the two
+    numbers. So the choice is the same whichever batch, slot or shard an episode runs in, costs
+    a few array operations per step, and a higher ``beta`` only turns learner steps into
+    teacher steps."""
+    seeds = np.asarray(episode_seeds, dtype=np.int64).astype(np.uint64)
+    t = np.asarray(steps, dtype=np.int64).astype(np.uint64)
+    u = (_splitmix64(_splitmix64(seeds) + t) >> np.uint64(11)).astype(np.float64) * 2.0**-53
+    return u < beta
+
+
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's output function of ``x`` (uint64, wrapping): a well-mixed 64-bit value."""
+    x = x + np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
 
 
 def run_episodes(
@@ -43,6 +98,7 @@ def run_episodes(
     keep_observations: bool = True,
     max_episode_steps: int | None = None,
     timeout_s: float | None = None,
+    teacher: Teacher | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Run ``policy`` for one episode per seed; returns (steps, episodes, info) arrays.
 
@@ -69,6 +125,11 @@ def run_episodes(
     return within ``timeout_s`` seconds (``task.timeout_s``; None: no limit), else
     :class:`demo2rl.deadline.UserCodeTimeout` names the call, the env or the expert, and the
     episodes it was running (their numbers, seeds and steps).
+
+    With a ``teacher`` (:class:`Teacher`), ``policy`` is the learner, reading ``policy_input``:
+    each step executes the teacher's or the learner's action and records the teacher's, and the
+    episodes table has :data:`TEACHER_STEPS`. Every recorded step is one the teacher labelled.
+    Messages name the ``teacher`` as the expert and ``policy`` as the learner.
     """
     n = len(episode_seeds)
     batch = min(n_envs, n)
@@ -77,12 +138,13 @@ def run_episodes(
     )
     ids = list(range(n)) if episode_ids is None else [int(i) for i in episode_ids]
     slots = _Slots(env_id, episode_seeds, ids, batch)
-    results = _Results(n, env.single_observation_space.shape, keep_observations, step_means)
+    results = _Results(
+        n, env.single_observation_space.shape, keep_observations, step_means, teacher is not None
+    )
     for step in _batch_steps(
         env,
         slots,
-        policy,
-        policy_reader(policy_input, env_id),
+        _Actors(env_id, policy, policy_input, teacher),
         cap=tasks.episode_cap(env_id, env_kwargs, max_episode_steps),
         timeout_s=timeout_s,
         on_progress=on_progress,
@@ -139,6 +201,10 @@ class _Slots:
     def running(self) -> np.ndarray:
         """The slots that run an episode (a mask)."""
         return self.episode >= 0
+
+    def current_seeds(self) -> np.ndarray:
+        """Per slot, the seed of the episode it runs (of the last episode for an idle slot)."""
+        return np.asarray(self.seeds, dtype=np.int64)[self.episode]
 
     def first_seeds(self) -> list[int]:
         """The seeds of the episodes the slots start with, one per slot."""
@@ -198,6 +264,7 @@ class _BatchStep:
     obs: np.ndarray
     """The observations the actions were chosen on (at the first step, the reset's)."""
     actions: np.ndarray
+    """The recorded actions: the executed ones, or with a teacher its labels."""
     rewards: np.ndarray
     terminated: np.ndarray
     truncated: np.ndarray
@@ -210,13 +277,57 @@ class _BatchStep:
     """The slots whose episode ended at this step (a mask)."""
     next_obs: np.ndarray
     """The observations after the step: in the ``done`` slots their episodes' final ones."""
+    driven: np.ndarray | None
+    """With a teacher, the slots where its action was the one executed (a mask)."""
+
+
+class _Actors:
+    """Who acts in the batch, on what: ``policy`` alone, reading ``policy_input`` (its actions
+    executed and recorded; "the expert" in messages), or with a ``teacher`` the learner
+    ``policy`` and the teacher (the expert), each reading its own input (:class:`Teacher`)."""
+
+    def __init__(
+        self, env_id: str, policy: tasks.PolicyFn, policy_input: str, teacher: Teacher | None
+    ) -> None:
+        self.policy, self.teacher = policy, teacher
+        self.readers = [policy_reader(policy_input, env_id)]
+        self.policy_what = f"the expert {_callable_name(policy)}"
+        if teacher is not None:
+            self.readers.append(policy_reader(teacher.input, env_id))
+            self.policy_what = f"the learner {_callable_name(policy)}"
+            self.teacher_what = f"the expert {_callable_name(teacher.policy)}"
+
+    def read(self, obs: np.ndarray, info: Mapping[str, Any], when: str) -> list[np.ndarray]:
+        """What each reads of a batch's observations and info (``when``: see
+        :func:`policy_reader`): the policy's input, then the teacher's."""
+        return [read(obs, info, when) for read in self.readers]
+
+    def act(
+        self, inputs: Sequence[np.ndarray], slots: _Slots, space: Any, limit: Callable[[str], Any]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """(executed, recorded, driven): the batch's actions to execute, those to record and,
+        with a teacher, the slots where its action is the executed one (:func:`teacher_drives`
+        of the slots' episodes and steps). The learner is not called when the teacher drives
+        every running slot. Each call runs under ``limit(what)``."""
+        if self.teacher is None:
+            with limit(self.policy_what):
+                actions = tasks.checked_actions(self.policy, inputs[0], space)
+            return actions, actions, None
+        with limit(self.teacher_what):
+            labels = tasks.checked_actions(self.teacher.policy, inputs[1], space)
+        driven = teacher_drives(slots.current_seeds(), slots.step, self.teacher.beta)
+        if (driven | ~slots.running()).all():
+            return labels, labels, driven
+        with limit(self.policy_what):
+            own = tasks.checked_actions(self.policy, inputs[0], space)
+        executed = np.where(driven.reshape(-1, *[1] * (own.ndim - 1)), labels, own)
+        return executed, labels, driven
 
 
 def _batch_steps(
     env: Any,
     slots: _Slots,
-    policy: tasks.PolicyFn,
-    read: Callable[[np.ndarray, Mapping[str, Any], str], np.ndarray],
+    actors: _Actors,
     *,
     cap: int | None,
     timeout_s: float | None,
@@ -224,14 +335,13 @@ def _batch_steps(
 ) -> Iterator[_BatchStep]:
     """Step the batch ``env`` (a vector env without autoreset) until every episode of ``slots``
     has ended, yielding each step: reset every slot to its first episode, then step with the
-    policy's actions (on what ``read`` gives of each observation and info), truncate episodes
+    ``actors``' actions (on what they read of each observation and info), truncate episodes
     at ``cap`` steps, and reset the slots whose episode ended to their next one (an idle slot
     whose env ended is reset too, without a seed). Each env and policy call runs under
     ``timeout_s``; ``on_progress(done, total)`` follows the episodes as they end."""
     n = len(slots.seeds)
     space = env.single_action_space
     env_what = f"the env {slots.env_id!r}:"
-    expert_what = f"the expert {_callable_name(policy)}"
 
     def limit(what: str, mask: np.ndarray | None = None) -> Any:
         """``what`` (a call of the env or the expert) under ``timeout_s``; ``mask``: the slots
@@ -240,12 +350,11 @@ def _batch_steps(
 
     with limit(f"{env_what} reset"):
         obs, info = env.reset(seed=slots.first_seeds())
-    inputs = read(obs, info, "at reset")
+    inputs = actors.read(obs, info, "at reset")
     done_count = 0
     while done_count < n:
         slots.check_finite(obs, "observation")
-        with limit(expert_what):
-            actions = tasks.checked_actions(policy, inputs, space)
+        actions, recorded, driven = actors.act(inputs, slots, space, limit)
         with limit(f"{env_what} step"):
             next_obs, rewards, terminated, truncated, info = env.step(actions)
         slots.step += 1
@@ -258,10 +367,10 @@ def _batch_steps(
             slots.check_finite(next_obs, "observation", done)  # final observations
         episode = slots.episode.copy()
         yield _BatchStep(
-            obs, actions, rewards, terminated, truncated, episode, info, done, next_obs
+            obs, recorded, rewards, terminated, truncated, episode, info, done, next_obs, driven
         )
         if not ended.any():
-            obs, inputs = next_obs, read(next_obs, info, "after a step")
+            obs, inputs = next_obs, actors.read(next_obs, info, "after a step")
             continue
         if done.any():
             done_count += int(done.sum())
@@ -269,12 +378,17 @@ def _batch_steps(
                 on_progress(done_count, n)
         reset_seeds = slots.refill(done)
         slots.step[ended] = 0
-        step_inputs = read(next_obs, info, "after a step")
+        step_inputs = actors.read(next_obs, info, "after a step")
         with limit(f"{env_what} reset", ended):
             obs, info = env.reset(seed=reset_seeds, options={"reset_mask": ended})
-        obs = np.where(ended.reshape(-1, *[1] * (obs.ndim - 1)), obs, next_obs)
-        inputs = read(obs, info, "at reset")
-        inputs = np.where(ended.reshape(-1, *[1] * (inputs.ndim - 1)), inputs, step_inputs)
+        obs = _where_slots(ended, obs, next_obs)
+        reset_inputs = actors.read(obs, info, "at reset")
+        inputs = [_where_slots(ended, a, b) for a, b in zip(reset_inputs, step_inputs, strict=True)]
+
+
+def _where_slots(mask: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per slot (the first axis), the row of ``a`` where ``mask`` holds, else that of ``b``."""
+    return np.where(mask.reshape(-1, *[1] * (a.ndim - 1)), a, b)
 
 
 def _callable_name(fn: Any) -> str:
@@ -292,11 +406,17 @@ class _Results:
     """What :func:`run_episodes` returns, gathered step by step: the rows of every step (of
     every slot, idle ones too; their observations only with ``keep_observations``), each
     episode's final observation and info values at its last step, and with ``step_means`` the
-    sums and counts of each info value over each episode's steps. :meth:`tables` groups them
+    sums and counts of each info value over each episode's steps, and when ``taught`` (a
+    teacher's rollout) each episode's steps driven by the teacher. :meth:`tables` groups them
     by episode once at the end."""
 
     def __init__(
-        self, n: int, obs_shape: tuple[int, ...], keep_observations: bool, step_means: bool
+        self,
+        n: int,
+        obs_shape: tuple[int, ...],
+        keep_observations: bool,
+        step_means: bool,
+        taught: bool = False,
     ) -> None:
         self.n = n
         self.obs_shape = obs_shape
@@ -307,6 +427,7 @@ class _Results:
         self.info_end: dict[str, np.ndarray] = {}
         self.step_sums: dict[str, np.ndarray] = {}
         self.step_counts: dict[str, np.ndarray] = {}
+        self.teacher_steps = np.zeros(n, np.int64) if taught else None
 
     def add(self, step: _BatchStep) -> None:
         """Record one step of the batch."""
@@ -321,6 +442,8 @@ class _Results:
                 self.rows[key].append(np.array(value, copy=True))
         if self.step_means:
             self._add_to_means(step.info, step.episode)
+        if self.teacher_steps is not None and step.driven is not None:
+            self.teacher_steps[step.episode[step.driven & (step.episode >= 0)]] += 1
         finished = step.episode[step.done]
         if len(finished):
             self.final_obs[finished] = step.next_obs[step.done]
@@ -382,6 +505,8 @@ class _Results:
             "return": returns,
             "final_observation": self.final_obs,
         }
+        if self.teacher_steps is not None:
+            episodes[TEACHER_STEPS] = self.teacher_steps
         return steps, episodes, info_end
 
 
