@@ -4,6 +4,23 @@ Demonstration episodes, RL training runs and evaluation episodes draw their seed
 blocks, so evaluation always runs on tracks (or initial states) that no stage trained on. All
 explicit seeds stay below ``2**30``; the built-in racing task draws the seeds of unseeded resets
 from ``[2**30, 2**31)``, so those never collide with an explicitly assigned one either.
+
+A use's seed is ``base + block * BLOCK + index``, ``base`` and ``index`` below :data:`BLOCK`:
+
+=================  =====  =====================================================
+use                block  index
+=================  =====  =====================================================
+demonstrations     0      the episode's global index
+evaluation         3      the held-out episode
+RL runs            6      ``run_seed * RL_SEED_STRIDE``, plus its env's number
+DAgger episodes    8      ``(round - 1) * DAGGER_ROUND_STRIDE + episode``
+tuning             9      the tuning episode
+=================  =====  =====================================================
+
+For one base seed, every use's seeds are disjoint from every other's, and DAgger's rounds from
+each other. The blocks 0, 3, 6 and 9 are three apart, so those four uses' seeds are disjoint
+for any two base seeds too; DAgger's block fills a gap one block wide, so one base's DAgger
+seeds may equal another base's tuning seeds (never its demonstrations', evaluation's or RL's).
 """
 
 from __future__ import annotations
@@ -11,9 +28,13 @@ from __future__ import annotations
 BLOCK = 100_000_000
 """Width of each seed block; also the largest number of episodes per block."""
 MAX_BASE_SEED = BLOCK
-DEMO_BLOCK, EVAL_BLOCK, RL_BLOCK, TUNING_BLOCK = 0, 3, 6, 9
+DEMO_BLOCK, EVAL_BLOCK, RL_BLOCK, DAGGER_BLOCK, TUNING_BLOCK = 0, 3, 6, 8, 9
 RL_SEED_STRIDE = 100_000
 """Seeds reserved per RL run (its envs' first resets use consecutive seeds)."""
+DAGGER_ROUND_STRIDE = 1_000_000
+"""Seeds reserved per DAgger round: the most episodes one round can run."""
+MAX_DAGGER_ROUND = BLOCK // DAGGER_ROUND_STRIDE
+"""The last DAgger round with seeds of its own (rounds count from 1)."""
 
 
 def _seed(base: int, block: int, index: int) -> int:
@@ -38,6 +59,19 @@ def tuning_seed(base: int, episode: int) -> int:
     """Seed of tuning episode ``episode``: tracks for choosing settings (benchmarks/arms.py), so
     that the held-out ones stay unseen by every choice that shapes a result."""
     return _seed(base, TUNING_BLOCK, episode)
+
+
+def dagger_seed(base: int, round: int, episode: int) -> int:
+    """Seed of episode ``episode`` (its index within the round, independent of sharding) of
+    DAgger round ``round`` (1 to :data:`MAX_DAGGER_ROUND`; round 0 is behaviour cloning on the
+    demonstrations and runs no episodes of its own)."""
+    if not 1 <= round <= MAX_DAGGER_ROUND:
+        raise ValueError(f"DAgger round must be in [1, {MAX_DAGGER_ROUND}], got {round}")
+    if not 0 <= episode < DAGGER_ROUND_STRIDE:
+        raise ValueError(
+            f"DAgger episode index must be in [0, {DAGGER_ROUND_STRIDE}), got {episode}"
+        )
+    return _seed(base, DAGGER_BLOCK, (round - 1) * DAGGER_ROUND_STRIDE + episode)
 
 
 def rl_seed(base: int, run_seed: int) -> int:
