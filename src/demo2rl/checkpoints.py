@@ -5,7 +5,8 @@ dict, the normalised ``policy`` config slice, the task's observation and action 
 :func:`demo2rl.dataset.describe_space` describes them), the observation normalisation, a
 :class:`~demo2rl.policy.ResidualPolicy`'s base, an off-policy arm's SAC network spec (its
 actor acts; :func:`demo2rl.policy.build_sac_policy`) and free-form ``meta`` (dataset hash, config,
-package versions, code revision). Loading checks all of it against the task and the config and
+package versions, code revision; a DAgger clone's also the hash of the demonstrations it grew from,
+see :func:`check_dataset_hash`). Loading checks all of it against the task and the config and
 raises :class:`CheckpointError` naming the file and the first mismatch, so a stage never acts or
 trains with a network that does not belong to its run. (PPO's own resumable training state is
 :mod:`demo2rl.rl`'s, not this.)
@@ -13,6 +14,7 @@ trains with a network that does not belong to its run. (PPO's own resumable trai
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -158,18 +160,39 @@ def check_dataset_hash(
     demos_path: str | os.PathLike[str],
     dataset_hash: str,
 ) -> None:
-    """Raise CheckpointError, naming both files, unless the checkpoint at ``path`` records
-    ``dataset_hash`` (the content hash of the dataset at ``demos_path``) as the dataset it was
-    trained on: a policy of another experiment or an older dataset is never used silently."""
-    recorded = checkpoint.get("meta", {}).get("dataset_hash")
+    """Raise CheckpointError, naming both files, unless the checkpoint at ``path`` belongs to
+    the demonstrations at ``demos_path`` (content hash ``dataset_hash``): a policy of another
+    experiment or an older dataset is never used silently.
+
+    A checkpoint belongs to them when its ``meta["demos_hash"]`` is ``dataset_hash``, or, when
+    it has no ``demos_hash``, its ``meta["dataset_hash"]`` (the dataset it was trained on). A
+    DAgger clone records both: it was trained on an aggregate (the demonstrations and the
+    relabelled rounds, ``dataset_hash``) grown from the experiment's demonstrations
+    (``demos_hash``); a BC clone or an RL run records the demonstrations as ``dataset_hash``."""
+    meta = checkpoint.get("meta", {})
+    recorded = meta.get("demos_hash", meta.get("dataset_hash"))
     if recorded != dataset_hash:
+        trained = (
+            f"grown from the demonstrations with content hash {recorded} (trained on their "
+            f"aggregate {meta.get('dataset_hash')})"
+            if "demos_hash" in meta
+            else f"trained on the dataset with content hash {recorded}"
+        )
         raise CheckpointError(
             path,
-            f"trained on the dataset with content hash {recorded}, but this run's dataset "
-            f"{demos_path} has content hash {dataset_hash}: the checkpoint belongs to another "
-            "dataset (another experiment, or a dataset collected since); rerun the rule that "
-            "wrote it",
+            f"{trained}, but this run's dataset {demos_path} has content hash {dataset_hash}: "
+            "the checkpoint belongs to another dataset (another experiment, or a dataset "
+            "collected since); rerun the rule that wrote it",
         )
+
+
+def file_digest(path: str | os.PathLike[str]) -> str:
+    """The SHA-256 of a checkpoint file's bytes: which file a result was made with."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _architecture_mismatch(saved: PolicyConfig, cfg: PolicyConfig) -> str | None:
