@@ -509,8 +509,7 @@ def merge_files(
     chunks, while each shard's content hash is recomputed from the same blocks (a shard that
     does not match stops the merge, naming it). The episode table and info are concatenated in
     memory (small); the statistics read the action column, and the observation column unless it
-    holds images (see the module docstring). The content hash is computed by reading the written
-    file back in blocks, before it is recorded and the file renamed into place.
+    holds images (see the module docstring). :func:`write_streamed` writes the file.
     """
     _check_codec(codec)
     names = [str(p) for p in paths]
@@ -527,9 +526,62 @@ def merge_files(
     tables["start"] = _merged_starts(shards)
     info = _merged_info(shards)
     hashes = [s.attrs["content_hash"] for s in shards]  # each checked as the shard is copied
-    attrs = _merged_attrs(shards, names, hashes, n_episodes, valid_fraction) | {"codec": codec}
-    split = episode_split(n_episodes, valid_fraction, seed=attrs["base_seed"])
-    _check_space(Path(out), _merged_bytes(paths, columns, codec, shards))
+    attrs = _merged_attrs(shards, names, hashes, n_episodes, valid_fraction)
+
+    def fill(appenders: Mapping[str, Appender]) -> tuple[Columns, Columns]:
+        for path, shard in zip(paths, shards, strict=True):
+            _copy_shard(Path(path), shard, appenders)
+        return tables, info
+
+    nbytes = _merged_bytes(paths, columns, codec, shards)
+    return write_streamed(
+        out, attrs, columns, fill, valid_fraction=valid_fraction, codec=codec, nbytes=nbytes
+    )
+
+
+Columns = dict[str, np.ndarray]
+"""Named columns of one group: the episode table, or the info."""
+Streamed = Mapping[str, tuple[tuple[int, ...], np.dtype]]
+"""Shape and dtype of each streamed column, by ``group/key``: :data:`STREAMED` in that order."""
+STREAMED = (*(f"steps/{k}" for k in STEP_KEYS), "episodes/final_observation")
+"""The columns :func:`write_streamed` takes in blocks: the step columns, the final observations."""
+
+
+def write_streamed(
+    out: str | os.PathLike[str],
+    attrs: Mapping[str, Any],
+    columns: Streamed,
+    fill: Callable[[Mapping[str, Appender]], tuple[Columns, Columns]],
+    *,
+    valid_fraction: float,
+    codec: str,
+    nbytes: int,
+) -> str:
+    """Write a dataset to ``out`` atomically in bounded memory, its rows fed by ``fill``; returns
+    its content hash. What :func:`merge_files` (shards) and the Minari import
+    (:mod:`demo2rl.minari_io`) write.
+
+    :param attrs: the file attributes (:func:`episode_attrs`' and more); ``valid_fraction`` and
+        ``codec`` are added, ``content_hash`` at the end.
+    :param columns: the final shape and dtype of each column of :data:`STREAMED`; each is created
+        at that size, with the codec's layout.
+    :param fill: called once with an :class:`Appender` per column, to which it appends every
+        row in order (whole episodes or not, blocks of any size); returns the episode table
+        (:data:`TABLE_EPISODE_KEYS`) and the info columns, one row an episode.
+    :param valid_fraction: the split's (:func:`episode_split`, seeded by ``attrs["base_seed"]``).
+    :param nbytes: about the bytes of the file, checked free before anything is written
+        (:func:`demo2rl.io.check_space`).
+
+    Then the episode table, info, split and the statistics of the training split
+    (:func:`statistics`: they read the vector columns whole) are added, and the content hash
+    is computed by reading the file back in blocks, before it is recorded and the file renamed
+    into place. An error, or a kill, leaves no file (see :func:`_created`).
+    """
+    _check_codec(codec)
+    if list(columns) != list(STREAMED):
+        raise ValueError(f"streamed columns {list(columns)}, expected {list(STREAMED)}")
+    attrs = dict(attrs) | {"valid_fraction": valid_fraction, "codec": codec}
+    _check_space(Path(out), nbytes)
     with _created(out, **STREAMING) as (f, disk):
         _write_attrs(f, attrs)
         appenders = {}
@@ -538,17 +590,20 @@ def merge_files(
             ds = f.require_group(group).create_dataset(
                 key, shape=shape, dtype=dtype, **_layout(name, shape, dtype, codec)
             )
-            appenders[name] = _Appender(ds, Path(out), disk)
-        for path, shard in zip(paths, shards, strict=True):
-            _copy_shard(Path(path), shard, appenders)
+            appenders[name] = Appender(ds, Path(out), disk)
+        tables, info = fill(appenders)
         for appender in appenders.values():
             appender.close()
+        missing = set(TABLE_EPISODE_KEYS) - set(tables)
+        if missing:
+            raise ValueError(f"the episode table lacks {sorted(missing)}")
         for key in EPISODE_KEYS:
             if key in tables:
                 f["episodes"].create_dataset(key, data=tables[key], **_small(tables[key]))
         g = f.require_group("episodes/info")
         for key, arr in info.items():
             g.create_dataset(key, data=arr, **_small(arr))
+        split = episode_split(len(tables["index"]), valid_fraction, seed=attrs["base_seed"])
         for key, arr in split.items():
             f.require_group("split").create_dataset(key, data=arr, **_small(arr))
         rows = Demos({}, tables, {}, attrs).step_rows(split["train"])
@@ -623,12 +678,11 @@ def _merged_columns(
 ) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     """Shape and dtype of each streamed column of the merged file (``group/key``: the step
     columns and the final observations), checked to agree across the shards."""
-    names = [f"steps/{k}" for k in STEP_KEYS] + ["episodes/final_observation"]
     columns: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
     for path, shard in zip(paths, shards, strict=True):
         try:
             with h5py.File(path, "r") as f:
-                found = {name: (f[name].shape, f[name].dtype) for name in names}
+                found = {name: (f[name].shape, f[name].dtype) for name in STREAMED}
         except (OSError, KeyError, ValueError) as err:
             raise DatasetError(path, f"unreadable or incomplete HDF5 dataset ({err})") from err
         for name, (shape, dtype) in found.items():
@@ -666,7 +720,7 @@ def _merged_bytes(
     return sum(raw.values()) + 64 * sum(s.n_episodes for s in shards) + 16 * n_steps
 
 
-def _copy_shard(path: Path, shard: Demos, appenders: Mapping[str, _Appender]) -> None:
+def _copy_shard(path: Path, shard: Demos, appenders: Mapping[str, Appender]) -> None:
     """Append a shard's streamed columns, block by block, checking its content hash on the way."""
 
     def copy(group: str, key: str, block: np.ndarray) -> None:
@@ -688,9 +742,9 @@ def _copy_shard(path: Path, shard: Demos, appenders: Mapping[str, _Appender]) ->
     _check_hash(path, shard.attrs.get("content_hash"), computed)
 
 
-class _Appender:
+class Appender:
     """Writes rows to an h5py dataset in order, in blocks of whole chunks: a chunk is written
-    (and compressed) once, whatever the shard boundaries."""
+    (and compressed) once, whatever the boundaries of the rows appended (shards, episodes)."""
 
     def __init__(self, ds: h5py.Dataset, path: Path, disk: io.DeferredFile) -> None:
         self.ds, self.path, self.disk = ds, path, disk
@@ -810,6 +864,8 @@ def _block_rows(arr: Any) -> int:
 def _decode_attr(value: Any) -> Any:
     if isinstance(value, bytes):
         value = value.decode()
+    if isinstance(value, str) and value == "null":  # None as _write_attrs writes it (json.dumps)
+        return None
     if isinstance(value, str) and value[:1] in "[{":
         try:
             return json.loads(value)
