@@ -26,6 +26,7 @@ validate(config, "config/schema.yaml")
 include: "rules/common.smk"
 include: "rules/collect.smk"
 include: "rules/bc.smk"
+include: "rules/dagger.smk"
 include: "rules/rl.smk"
 include: "rules/evaluate.smk"
 include: "rules/report.smk"

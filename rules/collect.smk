@@ -28,6 +28,8 @@ rule merge_demos:
         "{root}/logs/merge_demos.log",
     benchmark:
         "{root}/benchmarks/merge_demos.tsv"
+    wildcard_constraints:
+        root=PLAN.roots(imported=False),
     conda:
         "../envs/collect.yaml"
     threads: 1
@@ -40,3 +42,56 @@ rule merge_demos:
         tracking=TRACKING,
     script:
         "../scripts/merge_demos.py"
+
+
+rule import_demos:
+    input:
+        data=from_variant(PLAN.import_data),
+    output:
+        out="{root}/demos/demos.h5",
+    log:
+        "{root}/logs/import_demos.log",
+    benchmark:
+        "{root}/benchmarks/import_demos.tsv"
+    wildcard_constraints:
+        root=PLAN.roots(imported=True),
+    conda:
+        "../envs/collect.yaml"
+    threads: 1
+    resources:
+        **PLAN.resources("import_demos"),
+        mem_mb=4000,
+        runtime=30,
+    params:
+        **PLAN.params("import_demos"),
+        tracking=TRACKING,
+    script:
+        "../scripts/import_demos.py"
+
+
+# `make export` (`snakemake export`): every variant's dataset as a Minari dataset, under
+# <its results>/demos/minari (a Minari store: MINARI_DATASETS_PATH=that directory, then
+# minari.load_dataset("demo2rl/<experiment>-v0")); docs/dataset.md#minari
+rule export:
+    input:
+        PLAN.export_targets(),
+
+
+rule export_minari:
+    input:
+        demos="{root}/demos/demos.h5",
+    output:
+        out=directory(f"{{root}}/{names.MINARI_DIR}"),
+    log:
+        "{root}/logs/export_minari.log",
+    conda:
+        "../envs/collect.yaml"
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    params:
+        **PLAN.params("export_minari"),
+        tracking=TRACKING,
+    script:
+        "../scripts/export_minari.py"

@@ -48,6 +48,7 @@ def variant_labels(**labels):
 wildcard_constraints:
     root="|".join(re.escape(v.root) for v in PLAN.variants.values()),
     shard=r"\d+",
+    round=r"[1-9]\d*",
     arm="|".join(PLAN.arms),
     seed=r"\d+",
 

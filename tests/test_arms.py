@@ -98,7 +98,8 @@ def test_arms_have_distinct_names_labels_colours_and_a_control():
         assert arms.get("rlpd").uses_clone(rl | {"rlpd": rl["rlpd"] | {switch: True}})
     with pytest.raises(ValueError, match="clone switches .* but no section"):
         arms.Arm("x", "x", "red", start=lambda s: None, needs_clone=("on",))
-    assert groups.all_groups() == ("expert", "bc", *(f"rl_{a}" for a in arms.BUILTIN))
+    rounds = tuple(f"dagger{r}" for r in range(1, 21))
+    assert groups.all_groups() == ("expert", "bc", *rounds, *(f"rl_{a}" for a in arms.BUILTIN))
     with pytest.raises(ValueError, match="unknown arm 'td3'"):
         arms.get("td3")
     with pytest.raises(ValueError, match="registered already"):

@@ -50,7 +50,7 @@ def test_an_unknown_kind_is_named():
     try:
         graph.kind(("distill",))
     except ValueError as err:
-        assert "unknown job kind 'distill' (known: demos, clone, rl, evaluation)" in str(err)
+        assert "unknown job kind 'distill' (known: demos, clone, round, rl, evaluation)" in str(err)
     else:
         raise AssertionError("no error")
 

@@ -78,10 +78,10 @@ def collect_shard(
     attrs = dataset.episode_attrs(
         env_id=env_id,
         env_kwargs=dict(env_kwargs),
-        env_spec=_spec_json(probe),
+        env_spec=spec_json(probe),
         observation_space=probe.observation_space,
         action_space=probe.action_space,
-        expert=_expert_record(expert_entry_point, expert_kwargs, expert_input),
+        expert=expert_record(expert_entry_point, expert_kwargs, expert_input),
         base_seed=base_seed,
         first_episode=episodes.start,
         n_episodes=len(episodes),
@@ -94,7 +94,7 @@ def collect_shard(
     return dataset.Demos(steps, table, info, attrs)
 
 
-def _expert_record(entry_point: str, kwargs: Mapping[str, Any], expert_input: str) -> dict:
+def expert_record(entry_point: str, kwargs: Mapping[str, Any], expert_input: str) -> dict:
     """The dataset's ``expert`` attribute: the callable, its kwargs and (unless it reads the
     observations, as before privileged experts existed) what it reads."""
     record = {"entry_point": entry_point, "kwargs": dict(kwargs)}
@@ -116,7 +116,7 @@ def dataset_metrics(demos: dataset.Demos) -> dict[str, float]:
     return out
 
 
-def _spec_json(env: Any) -> str:
+def spec_json(env: Any) -> str:
     try:
         return env.spec.to_json()
     except (AttributeError, ValueError, TypeError):  # kwargs that are not JSON-serialisable

@@ -211,6 +211,7 @@ class CollectConfig(Section):
     """``collect``: how many demonstration episodes, in how many shard jobs, and their split."""
 
     PATH = "collect"
+    source: str
     n_episodes: int
     n_shards: int
     n_envs: int
@@ -241,9 +242,28 @@ class PolicyConfig(Section):
         return super().of(mapping)
 
 
+EXPERT_SOURCE = "expert"
+"""``collect.source`` of demonstrations collected from the task's expert (any other value names
+a dataset to import: :mod:`demo2rl.minari_io`)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DaggerConfig(Section):
+    """``bc.dagger``: DAgger rounds after the clone (see :mod:`demo2rl.dagger`). A round's jobs
+    read ``episodes``, ``n_shards`` and ``beta_decay``, never ``rounds``: raising it only adds
+    rounds."""
+
+    PATH = "bc.dagger"
+    rounds: int
+    episodes: int
+    n_shards: int
+    beta_decay: float
+
+
 @dataclasses.dataclass(frozen=True)
 class BCConfig(Section):
-    """``bc``: behaviour cloning (see :mod:`demo2rl.bc`)."""
+    """``bc``: behaviour cloning (see :mod:`demo2rl.bc`). A clone's job is given the section
+    without ``dagger`` (None here), which only the DAgger rounds' own jobs read."""
 
     PATH = "bc"
     device: str
@@ -256,6 +276,13 @@ class BCConfig(Section):
     memory_fraction: float
     clip_obs: float
     augment: int
+    dagger: DaggerConfig | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """As :meth:`Section.to_dict`, without ``dagger`` where the job is not given it (a
+        clone's checkpoint records the training settings alone)."""
+        out = super().to_dict()
+        return out if self.dagger is not None else {k: v for k, v in out.items() if k != "dagger"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -454,12 +481,34 @@ def check(config: Mapping[str, Any]) -> None:
         tasks.env_spec(task["env_id"])
     except tasks.TaskError as err:
         raise ConfigError("task.env_id", str(err)) from None
-    try:
-        tasks.load_expert(task["expert"]["entry_point"], task["expert"].get("kwargs"))
-    except tasks.TaskError as err:
-        raise ConfigError("task.expert.entry_point", str(err)) from None
-    collect = config["collect"]
-    if collect["n_shards"] > collect["n_episodes"]:
+    collect, expert = config["collect"], task["expert"]
+    if expert is not None:
+        try:
+            tasks.load_expert(expert["entry_point"], expert.get("kwargs"))
+        except tasks.TaskError as err:
+            raise ConfigError("task.expert.entry_point", str(err)) from None
+    elif collect["source"] == EXPERT_SOURCE:
+        raise ConfigError(
+            "task.expert",
+            "null (no expert), but collect.source is expert: collection needs the expert; set "
+            "collect.source to a dataset to import (minari:<id>, a Minari dataset directory or "
+            "a demo2rl .h5 file)",
+        )
+    elif config["bc"]["dagger"]["rounds"] > 0:
+        raise ConfigError(
+            "bc.dagger.rounds",
+            f"{config['bc']['dagger']['rounds']} DAgger rounds need an expert to label the "
+            "clone's states, and task.expert is null: set rounds to 0, or give the task an "
+            "expert",
+        )
+    dagger = config["bc"]["dagger"]
+    if dagger["n_shards"] > dagger["episodes"]:
+        raise ConfigError(
+            "bc.dagger.n_shards",
+            f"{dagger['n_shards']} shards for {dagger['episodes']} episodes a round leave some "
+            "empty",
+        )
+    if collect["source"] == EXPERT_SOURCE and collect["n_shards"] > collect["n_episodes"]:
         raise ConfigError(
             "collect.n_shards",
             f"{collect['n_shards']} shards for {collect['n_episodes']} episodes leave some empty",

@@ -128,10 +128,10 @@ def relabel_shard(
     attrs = dataset.episode_attrs(
         env_id=task.env_id,
         env_kwargs=dict(task.env_kwargs),
-        env_spec=collect._spec_json(probe),
+        env_spec=collect.spec_json(probe),
         observation_space=probe.observation_space,
         action_space=probe.action_space,
-        expert=collect._expert_record(expert_cfg.entry_point, expert_cfg.kwargs, expert_cfg.input),
+        expert=collect.expert_record(expert_cfg.entry_point, expert_cfg.kwargs, expert_cfg.input),
         base_seed=base_seed,
         first_episode=first_index + episodes.start,
         n_episodes=len(episodes),

@@ -1,6 +1,7 @@
 """The evaluated policies' groups and the comparisons between them.
 
-``expert``, ``bc`` (the behaviour clone), and one group ``rl_<arm>`` per RL arm (the runs of
+``expert``, ``bc`` (the behaviour clone), ``dagger<r>`` (DAgger round r's clone), and one group
+``rl_<arm>`` per RL arm (the runs of
 that arm over seeds; names in :mod:`demo2rl.names`). The arms, their labels and their order come
 from the registry (:mod:`demo2rl.arms`): a demo arm is compared with its own algorithm's control
 (what the demonstrations add), with :data:`demo2rl.arms.CONTROL` (``scratch`` PPO, what a user
@@ -19,6 +20,9 @@ from demo2rl import arms, names
 
 REFERENCE_GROUPS = {names.EXPERT: ("expert", "black"), names.BC: ("behaviour clone", "tab:orange")}
 """The groups that are not RL arms: their label and colour."""
+DAGGER_GROUPS = tuple(names.dagger_policy(r) for r in range(1, names.MAX_DAGGER_ROUNDS + 1))
+"""The DAgger rounds' clones (a group each, of one policy), in round order."""
+DAGGER_COLORS = ("goldenrod", "darkgoldenrod", "olive", "darkkhaki", "peru")
 
 
 def arm_groups() -> tuple[str, ...]:
@@ -27,8 +31,9 @@ def arm_groups() -> tuple[str, ...]:
 
 
 def all_groups() -> tuple[str, ...]:
-    """Every policy group, in the order of every table and figure: expert, clone, the arms."""
-    return (*REFERENCE_GROUPS, *arm_groups())
+    """Every policy group, in the order of every table and figure: expert, clone, the DAgger
+    rounds' clones, the arms."""
+    return (*REFERENCE_GROUPS, *DAGGER_GROUPS, *arm_groups())
 
 
 def label(group: str) -> str:
@@ -44,6 +49,9 @@ def color(group: str) -> str:
 def _looks(group: str) -> tuple[str, str]:
     if group in REFERENCE_GROUPS:
         return REFERENCE_GROUPS[group]
+    r = names.dagger_round(group)
+    if r is not None:
+        return f"DAgger clone, round {r}", DAGGER_COLORS[(r - 1) % len(DAGGER_COLORS)]
     arm = arms.get(names.group_arm(group) or group)
     return arm.label, arm.color
 
@@ -72,12 +80,14 @@ def arm_budget(rl_cfg: Mapping[str, Any], arm: str) -> int:
 
 def policy_group(name: str) -> str:
     """The group of an evaluated policy: ``expert``, ``bc``, ``rl-bc-seed0`` -> ``rl_bc``."""
-    if name in REFERENCE_GROUPS:
+    if name in REFERENCE_GROUPS or names.dagger_round(name) is not None:
         return name
     run = names.RLRun.parse(name)
     if run is None or run.arm not in arms.REGISTRY:
         known = "|".join(arms.names())
-        raise ValueError(f"unknown policy name {name!r} (expert, bc, rl-<{known}>-seed<N>)")
+        raise ValueError(
+            f"unknown policy name {name!r} (expert, bc, dagger<round>, rl-<{known}>-seed<N>)"
+        )
     return run.group
 
 
@@ -100,6 +110,7 @@ def comparisons(groups: Sequence[str]) -> list[tuple[str, str]]:
     pairs += [(a.group, names.BC) for a in present if a.name != arms.CONTROL] + [
         (scratch, names.BC)
     ]
+    pairs += [(g, names.BC) for g in DAGGER_GROUPS]  # what each DAgger round adds to the clone
     seen = dict.fromkeys((x, y) for x, y in pairs if x in groups and y in groups)
     return list(seen)
 

@@ -28,6 +28,20 @@ SHARD = "demos/shard-{shard}.h5"
 """A collection shard under a variant's results, as a pattern of the ``shard`` wildcard."""
 RL_LOG = "{arm}-seed{seed}"
 """An RL run's log and benchmark file stem, as a pattern of the wildcards."""
+DAGGER_DIR = "bc/dagger/round-{round}"
+"""A DAgger round's directory under a variant's results (its shards, aggregate and clone), as
+a pattern of the ``round`` wildcard."""
+DAGGER_SHARD = f"{DAGGER_DIR}/shard-{{shard}}.h5"
+"""One collection shard of a DAgger round, as a pattern of the ``round`` and ``shard``
+wildcards."""
+DAGGER_POLICY = "dagger{round}"
+"""The evaluated policy (and its group) of a DAgger round's clone (round 0 is :data:`BC`)."""
+MAX_DAGGER_ROUNDS = 20
+"""The most DAgger rounds a config may ask for (the schema's ``bc.dagger.rounds`` maximum)."""
+_DAGGER_POLICY = re.compile(r"dagger[1-9]\d*")
+MINARI_DIR = "demos/minari"
+"""Where a variant's dataset is exported as a Minari dataset (a Minari store directory: the
+dataset lies under it by its id)."""
 _RL_POLICY = re.compile(r"rl-(?P<arm>[A-Za-z0-9_]+)-seed(?P<seed>\d+)")
 _RL_GROUP = "rl_"
 
@@ -76,14 +90,27 @@ def rl_runs(arms: Iterable[str], seeds: Iterable[int]) -> list[RLRun]:
     return [RLRun(arm, int(seed)) for arm in arms for seed in seeds]
 
 
-def policy_names(arms: Iterable[str], seeds: Iterable[int]) -> list[str]:
-    """The evaluated policies of a workflow: the expert, the clone, every RL run."""
-    return [EXPERT, BC, *(run.name for run in rl_runs(arms, seeds))]
+def policy_names(arms: Iterable[str], seeds: Iterable[int], rounds: int = 0) -> list[str]:
+    """The evaluated policies of a workflow: the expert, the clone, each DAgger round's clone,
+    every RL run."""
+    daggers = [dagger_policy(r) for r in range(1, rounds + 1)]
+    return [EXPERT, BC, *daggers, *(run.name for run in rl_runs(arms, seeds))]
+
+
+def dagger_policy(round: int) -> str:
+    """The policy name of DAgger round ``round``'s clone: ``dagger<round>``."""
+    return DAGGER_POLICY.format(round=round)
+
+
+def dagger_round(name: str) -> int | None:
+    """The round of a DAgger clone's policy name (``dagger2`` -> 2); None for another name."""
+    return int(name.removeprefix("dagger")) if _DAGGER_POLICY.fullmatch(name) else None
 
 
 def policy_pattern(arms: Iterable[str]) -> str:
-    """A regular expression matching exactly the policy names of these arms (any seed)."""
-    return rf"{EXPERT}|{BC}|rl-({'|'.join(arms)})-seed\d+"
+    """A regular expression matching exactly the policy names of these arms (any seed) and of
+    the DAgger rounds."""
+    return rf"{EXPERT}|{BC}|{_DAGGER_POLICY.pattern}|rl-({'|'.join(arms)})-seed\d+"
 
 
 BASE_VARIANT = "base"

@@ -8,7 +8,10 @@ expert's actions. Everything a job would otherwise find out late fails here, as 
 not support, an env that fails to reset or step, an expert that raises or returns actions of the
 wrong shape, dtype or range, an arm or vec env the task cannot use, and an env or expert call
 that takes longer than ``task.timeout_s`` (:mod:`demo2rl.deadline`: a hung task fails a dry run
-instead of hanging it). It takes well under a second for the shipped tasks.
+instead of hanging it). It takes well under a second for the shipped tasks. A task without an
+expert (``task.expert: null``, demonstrations imported) steps with actions sampled from its
+action space instead; :func:`demo2rl.config.check` refuses what needs an expert at run time
+(collection, DAgger) before the probe.
 """
 
 from __future__ import annotations
@@ -67,13 +70,14 @@ def probe_task(config: Mapping[str, Any]) -> Probe:
     env_id, env_kwargs = task["env_id"], task["env_kwargs"]
     expert_cfg = task["expert"]
     _check_kwargs("task.env_kwargs", _env_factory(env_id), env_kwargs, f"env {env_id!r}")
-    expert_fn = tasks.resolve_entry_point(expert_cfg["entry_point"])
-    _check_kwargs(
-        "task.expert.kwargs",
-        expert_fn,
-        expert_cfg.get("kwargs") or {},
-        f"expert {expert_cfg['entry_point']!r}",
-    )
+    if expert_cfg is not None:
+        expert_fn = tasks.resolve_entry_point(expert_cfg["entry_point"])
+        _check_kwargs(
+            "task.expert.kwargs",
+            expert_fn,
+            expert_cfg.get("kwargs") or {},
+            f"expert {expert_cfg['entry_point']!r}",
+        )
     frame_stack = task["frame_stack"]
     limit = functools.partial(deadline.limit, task["timeout_s"])
     env_what = f"the env {env_id!r}:"
@@ -102,24 +106,42 @@ def probe_task(config: Mapping[str, Any]) -> Probe:
                 "task.env_id", f"resetting {env_id!r} failed: {_describe(err)}"
             ) from err
         check_encoder(obs_space, config["policy"]["cnn"])
-        reads, what = _expert_input(expert_cfg["input"], obs, info, env_id)
-        expert = tasks.load_expert(expert_cfg["entry_point"], expert_cfg.get("kwargs"))
-        try:
-            with limit(f"the expert {expert_cfg['entry_point']}", lambda: _probe_episodes(0)):
-                actions = expert(reads)
-        except Exception as err:
-            raise ConfigError(
-                "task.expert.entry_point",
-                f"the expert raised on a batch of {BATCH} reset {what} of shape "
-                f"{reads.shape}: {_describe(err)}",
-            ) from err
-        check_expert_actions(actions, act_space, batch=BATCH)
+        if expert_cfg is None:  # (no expert: the env steps with actions of its own space)
+            act_space.seed(0)
+            actions = np.stack([act_space.sample() for _ in range(BATCH)])
+        else:
+            actions = _expert_actions(expert_cfg, obs, info, env_id, act_space, limit)
         _step(env, np.asarray(actions).astype(act_space.dtype), limit, env_id)
     finally:
         env.close()
     check_vec_env(config["rl"], env_id, frame_stack)
     chosen = resolve_arms(config["rl"]["arms"], act_space, env_id)
     return Probe(obs_space, act_space, chosen, time.perf_counter() - start)
+
+
+def _expert_actions(
+    expert_cfg: Mapping[str, Any],
+    obs: np.ndarray,
+    info: Mapping[str, Any],
+    env_id: str,
+    act_space: gym.Space,
+    limit: Any,
+) -> np.ndarray:
+    """The expert's actions on the batch's reset observations, checked against the task's
+    action space; the expert is called once."""
+    reads, what = _expert_input(expert_cfg["input"], obs, info, env_id)
+    expert = tasks.load_expert(expert_cfg["entry_point"], expert_cfg.get("kwargs"))
+    try:
+        with limit(f"the expert {expert_cfg['entry_point']}", lambda: _probe_episodes(0)):
+            actions = expert(reads)
+    except Exception as err:
+        raise ConfigError(
+            "task.expert.entry_point",
+            f"the expert raised on a batch of {BATCH} reset {what} of shape "
+            f"{reads.shape}: {_describe(err)}",
+        ) from err
+    check_expert_actions(actions, act_space, batch=BATCH)
+    return actions
 
 
 def _step(env: gym.vector.VectorEnv, actions: np.ndarray, limit: Any, env_id: str) -> None:

@@ -56,7 +56,7 @@ from demo2rl.groups import (
     label,
     policy_group,
 )
-from demo2rl.names import BC, EXPERT, RLRun, group_arm
+from demo2rl.names import BC, EXPERT, RLRun, dagger_policy, group_arm
 
 __all__ = ["all_groups", "comparison_key", "label", "policy_group"]  # re-exported: what is compared
 METRICS = {
@@ -400,6 +400,45 @@ def summarize(
     }
 
 
+def dagger_rounds(
+    summary: Mapping[str, Any], rounds: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """DAgger's cost and return, round by round: for the plain clone (round 0) and each round's
+    clone (``rounds``: their ``metrics.json``, in round order), the expert calls (steps the
+    expert labelled: the dataset's for round 0, plus each round's) and the clone's held-out IQM
+    return with its interval (``summary``'s groups)."""
+    if not rounds:
+        return []
+    demo_steps = int(rounds[0]["demo_steps"])
+    rows = [{"round": 0, "group": BC, "expert_calls": 0, "expert_calls_total": demo_steps}]
+    for r, metrics in enumerate(rounds, start=1):
+        total = demo_steps + int(metrics["expert_calls_total"])
+        rows.append(
+            {"round": r, "group": dagger_policy(r), "expert_calls": int(metrics["expert_calls"])}
+            | {"expert_calls_total": total}
+        )
+    for row in rows:
+        st = summary["groups"].get(row["group"])
+        row |= {"return_iqm": st["iqm"], "return_iqm_ci": st["iqm_ci"]} if st else {}
+    return rows
+
+
+def dataset_reference(
+    returns: np.ndarray, *, reps: int, confidence: float, seed: int
+) -> dict[str, Any]:
+    """The reference row of a task without an expert: the dataset's own episodes' returns (not
+    held-out episodes: the policies' tracks are others), their mean and IQM with bootstrap
+    intervals over the episodes."""
+    stats = compare(
+        {"dataset": np.asarray(returns, dtype=np.float64)[None, :]},
+        [],
+        reps=reps,
+        confidence=confidence,
+        seed=seed,
+    )["groups"]["dataset"]
+    return {"label": "demonstrations (the dataset's own episodes, not held-out)"} | stats
+
+
 def tables(summary: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
     """The summary as flat tables (rows of dicts): ``policies``, ``improvement`` and ``runs``."""
     policies = []
@@ -439,6 +478,16 @@ def markdown(summary: Mapping[str, Any], plots: Mapping[str, str] | None = None)
         cells += [_ci(st["iqm"], st["iqm_ci"])]
         cells += [_fmt(st["metrics"].get(m)) for m in extra]
         lines.append("| " + " | ".join(cells) + " |")
+    reference = summary.get("reference")
+    if reference:
+        lines += [
+            "",
+            f"No expert: the reference is the dataset's own {reference['n_tracks']} episodes, "
+            f"**not held-out** (other episodes than the policies'): mean return "
+            f"{_ci(reference['mean'], reference['mean_ci'])}, IQM "
+            f"{_ci(reference['iqm'], reference['iqm_ci'])}.",
+        ]
+    lines += _dagger_lines(summary.get("dagger") or [], pct)
     lines += _improvement_lines(summary, pct)
     lines += _arm_cost_lines(summary)
     if summary.get("best_rl"):
@@ -455,6 +504,27 @@ def markdown(summary: Mapping[str, Any], plots: Mapping[str, str] | None = None)
     for title, path in (plots or {}).items():
         lines += ["", f"![{title}]({path})"]
     return "\n".join(lines) + "\n"
+
+
+def _dagger_lines(rounds: Sequence[Mapping[str, Any]], pct: int) -> list[str]:
+    """The DAgger rounds' table: each round's clone, its expert calls and held-out return."""
+    if not rounds:
+        return []
+    lines = [
+        "",
+        "DAgger: each round's clone on the held-out episodes, and the expert calls (steps the "
+        "expert labelled; round 0 is the plain clone, its calls the dataset's steps):",
+        "",
+        f"| round | expert calls (round) | expert calls (total) | IQM return [{pct}% CI] |",
+        "|---|---|---|---|",
+    ]
+    for row in rounds:
+        iqm_text = _ci(row["return_iqm"], row["return_iqm_ci"]) if "return_iqm" in row else "n/a"
+        lines.append(
+            f"| {row['round']} | {row['expert_calls']:,} | {row['expert_calls_total']:,} | "
+            f"{iqm_text} |"
+        )
+    return lines
 
 
 def _improvement_lines(summary: Mapping[str, Any], pct: int) -> list[str]:

@@ -29,3 +29,9 @@ def seed() -> Any:
 def timeout_ms(**kwargs: Any) -> Any:
     """The time limit on each call of the task's code, in milliseconds (robustness only)."""
     return speed(lambda v, wc: v.timeout_ms, **kwargs)
+
+
+def bc_training(variant: Any) -> dict[str, Any]:
+    """The ``bc`` section a clone's training reads: all but ``dagger`` (the rounds' own settings,
+    which never rerun a clone)."""
+    return {k: v for k, v in variant.config["bc"].items() if k != "dagger"}

@@ -31,6 +31,9 @@ class SummarizeJob:
     :param evaluations: every policy's evaluation record.
     :param curves: each RL run's held-out evaluations during training.
     :param progress: each RL run's progress table (its training seconds, wall and CPU).
+    :param rounds: each DAgger round's clone metrics, in round order (none without DAgger).
+    :param reference: without an expert, the dataset (its own episodes are the reference row,
+        not held-out); empty with one.
     :param figures: the figures summary.md links to, by key of :data:`names.SUMMARY_FIGURES`.
     """
 
@@ -47,6 +50,8 @@ class SummarizeJob:
     evaluations: list[str] = path()
     curves: list[str] = path()
     progress: list[str] = path()
+    rounds: list[str] = path(default=())
+    reference: list[str] = path(default=())
     figures: Mapping[str, str] = path(
         lambda v, wc: {k: f"{v.report}/{p}" for k, p in names.SUMMARY_FIGURES.items()},
         source="params",

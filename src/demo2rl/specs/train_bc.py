@@ -39,7 +39,7 @@ class BCJob:
     policy: PolicyConfig = result(
         lambda v, wc: v.config["policy"], of=lambda x, raw: PolicyConfig.of(x)
     )
-    bc: BCConfig = result(lambda v, wc: v.config["bc"], of=lambda x, raw: BCConfig.of(x))
+    bc: BCConfig = result(lambda v, wc: common.bc_training(v), of=lambda x, raw: BCConfig.of(x))
     seed: int = common.seed()
     eval_episodes: int = result(lambda v, wc: v.evaluate.during_training)
     demos: str = path()

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from demo2rl import arms, io, names, provenance, summary
+from demo2rl import arms, dataset, io, names, provenance, summary
 from demo2rl.specs.summarize import SummarizeJob
 
 if TYPE_CHECKING:
@@ -90,6 +90,13 @@ def summarize(job: SummarizeJob, run: Run) -> dict[str, Any]:
     )
     if names.EXPERT in levels:
         result["steps_to_expert"] = {g: a["steps_to_expert"] for g, a in result["arms"].items()}
+    rounds = [json.loads(Path(p).read_text()) for p in job.rounds]
+    result["dagger"] = summary.dagger_rounds(result, rounds)
+    if job.reference:  # no expert: the dataset's own episodes are the reference
+        returns = dataset.read_tables(job.reference[0]).episodes["return"]
+        result["reference"] = summary.dataset_reference(
+            returns, reps=bootstrap_reps, confidence=confidence, seed=seed
+        )
     result["versions"] = provenance.versions()
     result["code_revision"] = provenance.code_revision()
     io.write_json(summary_json, io.strict_json(result))

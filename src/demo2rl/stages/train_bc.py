@@ -22,18 +22,33 @@ log = logging.getLogger(__name__)
 
 
 def train_bc(job: BCJob, run: Run) -> dict[str, Any]:
-    """Clone the expert, save the checkpoint, compare clone and expert on held-out episodes.
+    """Clone the expert's demonstrations, save the checkpoint, compare clone and expert on
+    held-out episodes (:func:`train_clone`)."""
+    digest = dataset.verify(job.demos)  # a truncated or altered dataset stops the run here
+    run.log_dataset(job.demos, digest, context="training")
+    return train_clone(job, run, data=job.demos, meta={"dataset_hash": digest})
+
+
+def train_clone(
+    job: BCJob, run: Run, *, data: str, meta: dict[str, Any], extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Train a clone on the dataset ``data`` (verified already; its hash and what else the
+    checkpoint records are ``meta``), save its checkpoint, and compare it with the expert on
+    held-out episodes (the clone alone without an expert); ``extra`` goes into its metrics.
 
     ``job.eval_episodes`` held-out episodes (``evaluate.during_training``) are run
     ``job.eval_envs`` at a time; the speed settings change speed, never results.
     """
-    task, policy_cfg, bc_cfg, seed = job.task, job.policy, job.bc, job.seed
-    demos_path, policy_out = job.demos, job.policy_out
+    task, policy_cfg, bc_cfg, seed, policy_out = (
+        job.task,
+        job.policy,
+        job.bc,
+        job.seed,
+        job.policy_out,
+    )
     obs_space, act_space = tasks.spaces(task.env_id, task.env_kwargs, task.frame_stack)
-    digest = dataset.verify(demos_path)  # a truncated or altered dataset stops the run here
-    run.log_dataset(demos_path, digest, context="training")
     result = bc.train_bc(
-        demos_path,  # a path, so that BC can stream it when it does not fit in memory
+        data,  # a path, so that BC can stream it when it does not fit in memory
         policy_cfg=policy_cfg,
         bc_cfg=bc_cfg,
         seed=seed,
@@ -44,7 +59,6 @@ def train_bc(job: BCJob, run: Run) -> dict[str, Any]:
         action_space=act_space,
     )
     config = {"policy": policy_cfg.to_dict(), "bc": bc_cfg.to_dict()}
-    meta = {"dataset_hash": digest, "config": config, "seed": seed}
     checkpoints.save_checkpoint(
         policy_out,
         result.policy,
@@ -52,19 +66,21 @@ def train_bc(job: BCJob, run: Run) -> dict[str, Any]:
         policy_cfg=policy_cfg,
         observation_space=obs_space,
         action_space=act_space,
-        meta=meta,
+        meta={**meta, "config": config, "seed": seed},
     )
     # one torch thread when acting, as in the evaluate stage: the held-out numbers must not
     # depend on `threads` (a speed setting), and torch's results can with more than one
     torch.set_num_threads(1)
     actor = acting.make_actor(result.policy.cpu(), result.normalizer, act_space)
-    assert task.expert is not None, "the comparison needs the task's expert"
-    expert = tasks.load_expert(task.expert.entry_point, task.expert.kwargs)
     heldout = evaluation.heldout_seeds(seed, job.eval_episodes)
     bc_eval = evaluation.evaluate(task, actor, heldout, n_envs=job.eval_envs).means()
-    expert_eval = evaluation.evaluate(
-        task, expert, heldout, n_envs=job.eval_envs, policy_input=task.expert.input
-    ).means()
+    expert_return = math.nan  # (no expert: the clone alone)
+    if task.expert is not None:
+        expert = tasks.load_expert(task.expert.entry_point, task.expert.kwargs)
+        expert_eval = evaluation.evaluate(
+            task, expert, heldout, n_envs=job.eval_envs, policy_input=task.expert.input
+        ).means()
+        expert_return = expert_eval["return_mean"]
     metrics = {
         "best_epoch": result.best_epoch,
         "best_valid_nll": result.best_valid_nll,
@@ -78,9 +94,10 @@ def train_bc(job: BCJob, run: Run) -> dict[str, Any]:
         "seconds": result.seconds,
         "heldout_episodes": len(heldout),
         "bc_return_mean": bc_eval["return_mean"],
-        "expert_return_mean": expert_eval["return_mean"],
-        "bc_vs_expert": _ratio(bc_eval["return_mean"], expert_eval["return_mean"]),
-        "dataset_hash": digest,
+        "expert_return_mean": expert_return,
+        "bc_vs_expert": _ratio(bc_eval["return_mean"], expert_return),
+        **meta,
+        **(extra or {}),
         "history": result.history,
         "versions": provenance.versions(),
         "code_revision": provenance.code_revision(),
@@ -93,7 +110,7 @@ def train_bc(job: BCJob, run: Run) -> dict[str, Any]:
     log.info(
         "BC return %.2f vs expert %.2f on %d held-out episodes",
         bc_eval["return_mean"],
-        expert_eval["return_mean"],
+        expert_return,
         len(heldout),
     )
     return metrics
@@ -102,5 +119,5 @@ def train_bc(job: BCJob, run: Run) -> dict[str, Any]:
 def _ratio(clone: float, expert: float) -> float:
     """The clone's return as a fraction of the expert's; NaN (null in metrics.json; not a
     division by zero, not a number with the wrong sign) when the expert's return is not
-    positive, e.g. a sparse-reward task in which the expert scores 0."""
+    positive, e.g. a sparse-reward task in which the expert scores 0, or there is no expert."""
     return float(clone / expert) if expert > 0 else math.nan

@@ -1,11 +1,13 @@
 """The workflow's job graph, declared once: each kind of job, the rules that compute it, the
 jobs whose outputs it reads, and where its output lies.
 
-A job is a tuple: ``("demos",)`` (the collection shards and their merge), ``("clone",)``
-(behaviour cloning), ``("rl", arm, seed)`` (one RL run) or ``("evaluation", policy)`` (one
-policy on the held-out episodes). :data:`KINDS` says, per kind, which rules compute it (what
-config they read is the schema's ``x-read-by``), which jobs it reads (by the rule's input
-names) and where its main output goes under a variant's results. The rules' inputs and the
+A job is a tuple: ``("demos",)`` (the collection shards and their merge, or the import of a
+dataset), ``("clone",)`` (behaviour cloning), ``("round", r)`` (DAgger round ``r``: its
+relabelling shards, the aggregate and the clone trained on it), ``("rl", arm, seed)`` (one RL
+run) or ``("evaluation", policy)`` (one policy on the held-out episodes). :data:`KINDS`
+says, per kind, which rules compute it (what config they read is the schema's ``x-read-by``),
+which jobs it reads (by the rule's input names) and where its main output goes under a
+variant's results. The rules' inputs and the
 variants' sharing both derive from it (:class:`demo2rl.workflow.plan.Plan`): a new upstream
 step is one entry here.
 """
@@ -43,14 +45,28 @@ class JobKind:
     output: Callable[[str, tuple[str, ...]], str]
 
 
+def final_clone(config: Mapping[str, Any]) -> Job:
+    """The clone the RL arms start from: the last DAgger round's, or the plain clone without
+    DAgger (``bc.dagger.rounds`` 0)."""
+    rounds = config["bc"]["dagger"]["rounds"]
+    return ("round", str(rounds)) if rounds else ("clone",)
+
+
 def _rl_inputs(config: Mapping[str, Any], args: tuple[str, ...]) -> dict[str, Job]:
     """Every arm reads the dataset (its normalisation statistics); an arm that uses the clone
-    (:meth:`demo2rl.arms.Arm.uses_clone`) reads it too."""
+    (:meth:`demo2rl.arms.Arm.uses_clone`) reads it too: :func:`final_clone`."""
     arm = args[0]
     inputs: dict[str, Job] = {"demos": ("demos",)}
     if arms.get(arm).uses_clone(config["rl"]):
-        inputs["bc"] = ("clone",)
+        inputs["bc"] = final_clone(config)
     return inputs
+
+
+def _round_inputs(config: Mapping[str, Any], args: tuple[str, ...]) -> dict[str, Job]:
+    """A DAgger round reads the last round's clone (round 1: the plain clone), which drives, and
+    the dataset, whose episodes its own continue."""
+    r = int(args[0])
+    return {"previous": ("clone",) if r == 1 else ("round", str(r - 1)), "demos": ("demos",)}
 
 
 def producer(policy: str) -> Job | None:
@@ -58,6 +74,9 @@ def producer(policy: str) -> Job | None:
     run = names.RLRun.parse(policy)
     if run is not None:
         return ("rl", run.arm, str(run.seed))
+    r = names.dagger_round(policy)
+    if r is not None:
+        return ("round", str(r))
     return ("clone",) if policy == names.BC else None
 
 
@@ -76,7 +95,7 @@ KINDS: dict[str, JobKind] = {
     for kind in (
         JobKind(
             "demos",
-            rules=("collect_shard", "merge_demos"),
+            rules=("collect_shard", "merge_demos", "import_demos"),
             inputs=lambda config, args: {},
             wildcards=lambda args: {},
             output=lambda root, args: f"{root}/demos/demos.h5",
@@ -87,6 +106,13 @@ KINDS: dict[str, JobKind] = {
             inputs=lambda config, args: {"demos": ("demos",)},
             wildcards=lambda args: {},
             output=lambda root, args: f"{root}/bc/policy.pt",
+        ),
+        JobKind(
+            "round",
+            rules=("dagger_shard", "aggregate_dagger", "train_dagger"),
+            inputs=_round_inputs,
+            wildcards=lambda args: {"round": args[0]},
+            output=lambda root, args: f"{root}/{names.DAGGER_DIR.format(round=args[0])}/policy.pt",
         ),
         JobKind(
             "rl",

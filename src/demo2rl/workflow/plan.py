@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from demo2rl import (
     names,
     probe,
     provenance,
+    sources,
     spec_fields,
     tasks,
     variants,
@@ -74,6 +76,16 @@ def resolve(name: str, cfg: dict[str, Any], gpus: int | None = None) -> dict[str
         raise PlanError(f"{where}{err}") from None
     # `rl.arms: all`: every arm that applies to the task (the probe says which, and logs why an
     # arm is left out); an explicit list is checked by the probe and kept as it is
+    if cfg["collect"]["source"] != config.EXPERT_SOURCE:  # a dataset to import: its spaces
+        try:
+            sources.check_spaces(
+                sources.resolve(cfg["collect"]["source"]),
+                found.observation_space,
+                found.action_space,
+            )
+        except config.ConfigError as err:
+            where = "" if name == names.BASE_VARIANT else f"variant {name!r}: "
+            raise PlanError(f"{where}{err}") from None
     cfg["rl"]["arms"] = list(found.arms)
     # `auto` as it runs (native or dummy), so that spelling out the same choice reruns nothing
     cfg["rl"]["vec_env"] = vec_env_choice.resolve_vec_env(
@@ -127,9 +139,19 @@ class Variant:
         # the sections the rules read themselves (each job gets the one or two numbers it uses)
         self.collect = config.CollectConfig.of(cfg["collect"])
         self.evaluate = config.EvaluateConfig.of(cfg["evaluate"])
+        self.dagger = config.DaggerConfig.of(cfg["bc"]["dagger"])
+        self.rounds = list(range(1, self.dagger.rounds + 1))
+        """The DAgger rounds (none without DAgger)."""
+        self.expert = cfg["task"]["expert"] is not None
+        """Whether the task has an expert to call (else the dataset's episodes are the
+        summary's reference)."""
+        self.imported = self.collect.source != config.EXPERT_SOURCE
+        """Whether the demonstrations are imported (``collect.source``) rather than collected."""
         self.arms: list[str] = cfg["rl"]["arms"]
         self.runs = names.rl_runs(self.arms, cfg["rl"]["seeds"])
-        self.policies = names.policy_names(self.arms, cfg["rl"]["seeds"])
+        policies = names.policy_names(self.arms, cfg["rl"]["seeds"], self.dagger.rounds)
+        self.policies = policies if self.expert else [p for p in policies if p != names.EXPERT]
+        """The evaluated policies (the expert's only where there is one)."""
         self.budgets = {arm: groups.arm_budget(cfg["rl"], arm) for arm in self.arms}
         """Env steps per run of each arm (its algorithm's budget)."""
         self.arm_looks = {arm.name: [arm.label, arm.color] for arm in map(arms.get, self.arms)}
@@ -228,14 +250,41 @@ class Plan:
         n = variant.collect.n_shards
         return [f"{variant.root}/{names.SHARD.format(shard=i)}" for i in range(n)]
 
+    def dagger_dir(self, variant: Variant, round: int) -> str:
+        """The directory of ``variant``'s DAgger round ``round``, where its owner writes it."""
+        return self.output(variant, ("round", str(round))).rpartition("/")[0]
+
+    def dagger_inputs(self, variant: Variant, rule: str, round: int) -> dict[str, Any]:
+        """What a job of DAgger ``rule`` of ``variant``'s round ``round`` reads: the last clone
+        (round 0: the plain clone), which drives; the dataset, whose episode count the round's
+        episodes continue from; the data the round's aggregate extends (the dataset, or the
+        last round's aggregate) and the round's shards; the aggregate its clone trains on."""
+        previous = ("clone",) if round == 1 else ("round", str(round - 1))
+        demos = self.output(variant, ("demos",))
+        here = self.dagger_dir(variant, round)
+        if rule == "dagger_shard":
+            return {"clone": self.output(variant, previous), "demos": demos}
+        if rule == "aggregate_dagger":
+            data = demos if round == 1 else f"{self.dagger_dir(variant, round - 1)}/demos.h5"
+            n = variant.dagger.n_shards
+            shards = [f"{here}/shard-{i}.h5" for i in range(n)]
+            return {"data": data, "shards": shards}
+        if rule == "train_dagger":
+            return {"data": f"{here}/demos.h5", "demos": demos}
+        raise ValueError(f"no DAgger rule {rule!r}")
+
     def summary_inputs(self, variant: Variant) -> dict[str, list[str]]:
-        """What ``variant``'s summary reads: every policy's evaluation, and each RL run's
-        learning curve and progress table (wherever their owners wrote them)."""
+        """What ``variant``'s summary reads: every policy's evaluation, each RL run's learning
+        curve and progress table (wherever their owners wrote them), each DAgger round's clone
+        metrics (its expert calls), and without an expert the dataset (its episodes are the
+        reference)."""
         dirs = [self.run_dir(variant, run) for run in variant.runs]
         return {
             "evaluations": [self.output(variant, ("evaluation", p)) for p in variant.policies],
             "curves": [f"{d}/evaluations.csv" for d in dirs],
             "progress": [f"{d}/progress.csv" for d in dirs],
+            "rounds": [f"{self.dagger_dir(variant, r)}/metrics.json" for r in variant.rounds],
+            "reference": [] if variant.expert else [self.output(variant, ("demos",))],
         }
 
     def comparison_inputs(self) -> dict[str, list[str]]:
@@ -309,12 +358,33 @@ class Plan:
         targets: list[str] = []
         for v in self.variants.values():
             targets += [self.output(v, ("demos",)), self.output(v, ("clone",))]
+            targets += [self.output(v, ("round", str(r))) for r in v.rounds]
             targets += [f"{self.run_dir(v, run)}/policy.pt" for run in v.runs]
         for v in self.variants.values():
             targets += self.report_targets(v)
         if len(self.variants) > 1:
             targets += [f"{self.report}/{name}" for name in self.comparison()]
         return targets
+
+    @staticmethod
+    def import_data(variant: Variant) -> str:
+        """What ``variant``'s import reads: the dataset ``collect.source`` names (its file, or a
+        Minari dataset's directory)."""
+        return str(sources.resolve(variant.collect.source).path)
+
+    def roots(self, imported: bool) -> str:
+        """A ``root`` wildcard constraint: the results directories of the variants whose
+        demonstrations are imported (``imported``) or collected, so that exactly one of the
+        rules that write a dataset (merge_demos, import_demos) matches each (none: a pattern
+        that matches nothing)."""
+        roots = [re.escape(v.root) for v in self.variants.values() if v.imported == imported]
+        return "|".join(roots) or "(?!)"
+
+    def export_targets(self) -> list[str]:
+        """Every variant's dataset exported as a Minari dataset (the ``export`` target)."""
+        return [
+            f"{self.owner_root(v, ('demos',))}/{names.MINARI_DIR}" for v in self.variants.values()
+        ]
 
     @staticmethod
     def comparison() -> list[str]:

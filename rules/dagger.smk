@@ -1,0 +1,81 @@
+# DAgger rounds (bc.dagger.rounds): round r's shards are driven by round r-1's clone (round 0:
+# the plain clone) mixed with the expert, and labelled by the expert; the aggregate (round
+# r-1's, or the dataset, and the round's shards) trains round r's clone. A round's jobs never
+# read bc.dagger.rounds: raising it adds rounds and keeps the earlier ones.
+DAGGER_DIR = f"{{root}}/{names.DAGGER_DIR}"
+"""A DAgger round's directory, with the root (a variant's results) and round wildcards."""
+
+
+def dagger_inputs(rule):
+    return lambda wc: PLAN.dagger_inputs(PLAN.at(wc.root), rule, int(wc.round))
+
+
+rule dagger_shard:
+    input:
+        unpack(dagger_inputs("dagger_shard")),
+    output:
+        out=f"{{root}}/{names.DAGGER_SHARD}",
+    log:
+        "{root}/logs/dagger_shard/round-{round}-{shard}.log",
+    benchmark:
+        "{root}/benchmarks/dagger_shard/round-{round}-{shard}.tsv"
+    conda:
+        "../envs/train.yaml"
+    threads: 1
+    resources:
+        **PLAN.resources("dagger_shard"),
+        mem_mb=2000,
+        runtime=30,
+    params:
+        **PLAN.params("dagger_shard"),
+        tracking=TRACKING,
+    script:
+        "../scripts/dagger_shard.py"
+
+
+rule aggregate_dagger:
+    input:
+        unpack(dagger_inputs("aggregate_dagger")),
+    output:
+        out=f"{DAGGER_DIR}/demos.h5",
+    log:
+        "{root}/logs/aggregate_dagger/round-{round}.log",
+    benchmark:
+        "{root}/benchmarks/aggregate_dagger/round-{round}.tsv"
+    conda:
+        "../envs/collect.yaml"
+    threads: 1
+    resources:
+        **PLAN.resources("aggregate_dagger"),
+        mem_mb=4000,
+        runtime=15,
+    params:
+        **PLAN.params("aggregate_dagger"),
+        tracking=TRACKING,
+    script:
+        "../scripts/aggregate_dagger.py"
+
+
+rule train_dagger:
+    input:
+        unpack(dagger_inputs("train_dagger")),
+    output:
+        policy=f"{DAGGER_DIR}/policy.pt",
+        metrics=f"{DAGGER_DIR}/metrics.json",
+    log:
+        "{root}/logs/train_dagger/round-{round}.log",
+    benchmark:
+        "{root}/benchmarks/train_dagger/round-{round}.tsv"
+    conda:
+        "../envs/train.yaml"
+    threads: 1
+    resources:
+        **PLAN.resources("train_dagger"),
+        mem_mb=8000,
+        runtime=60,
+        gpu=from_variant(lambda v: v.gpus("bc")),
+    params:
+        **PLAN.params("train_dagger"),
+        tracking=TRACKING,
+    script:
+        "../scripts/train_dagger.py"

@@ -1,0 +1,92 @@
+"""Where a workflow's demonstrations come from (``collect.source``): the task's expert, or an
+existing dataset to import instead of collecting.
+
+A dataset source is ``minari:<dataset id>`` (a dataset in the local Minari store), a Minari
+dataset's directory, or a demo2rl HDF5 file (``*.h5``, ``*.hdf5``). The workflow resolves it
+when it plans (:func:`resolve`; nothing downloads) and checks its spaces against the task's
+before any job (:func:`check_spaces`); the import itself is :mod:`demo2rl.minari_io`'s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Literal
+
+import gymnasium as gym
+
+from demo2rl import dataset
+from demo2rl.config import EXPERT_SOURCE, ConfigError
+
+KEY = "collect.source"
+HDF5_SUFFIXES = (".h5", ".hdf5")
+MINARI_PREFIX = "minari:"
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """A dataset to import: its kind (``minari`` or ``hdf5``) and where it lies (a Minari
+    dataset's directory, or the HDF5 file)."""
+
+    kind: Literal["minari", "hdf5"]
+    path: Path
+
+
+def resolve(source: str) -> Source:
+    """The dataset ``collect.source`` names; ConfigError naming the key and the value for one
+    that is not there, or not a dataset."""
+    if source == EXPERT_SOURCE:
+        raise ValueError("the expert is not a dataset to import")
+    from demo2rl import minari_io  # (only where a dataset is imported: it imports Minari)
+
+    path = Path(source)
+    try:
+        if source.startswith(MINARI_PREFIX) or path.is_dir():
+            return Source("minari", minari_io.resolve(source))
+    except (ValueError, OSError) as err:
+        raise ConfigError(KEY, str(err)) from None
+    if path.suffix in HDF5_SUFFIXES:
+        if not path.is_file():
+            raise ConfigError(KEY, f"{source!r}: no such demo2rl HDF5 file")
+        return Source("hdf5", path)
+    raise ConfigError(
+        KEY,
+        f"{source!r} is neither expert, minari:<dataset id>, a Minari dataset directory nor a "
+        f"demo2rl HDF5 file ({', '.join(HDF5_SUFFIXES)}), or it does not exist",
+    )
+
+
+def spaces(src: Source) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The observation and action spaces the dataset records
+    (:func:`demo2rl.dataset.describe_space` descriptions), read from its metadata alone."""
+    if src.kind == "hdf5":
+        attrs = dataset.read_attrs(src.path)
+        return attrs["observation_space"], attrs["action_space"]
+    from demo2rl import minari_io
+
+    info = minari_io.describe(src.path)
+    return info.observation_space, info.action_space
+
+
+def check_spaces(src: Source, observation_space: gym.Space, action_space: gym.Space) -> None:
+    """ConfigError naming ``collect.source`` and both spaces where the dataset's observation or
+    action space is not the task's (what the workflow would train and act on)."""
+    try:
+        found = spaces(src)
+    except (dataset.DatasetError, ValueError, OSError, KeyError) as err:
+        raise ConfigError(KEY, f"{src.path}: its spaces cannot be read ({err})") from None
+    for name, recorded, space in zip(
+        ("observation_space", "action_space"), found, (observation_space, action_space), strict=True
+    ):
+        problem = dataset.space_mismatch(name, recorded, dataset.describe_space(space))
+        if problem:
+            raise ConfigError(
+                KEY,
+                f"{src.path}: the dataset's {problem} (dataset vs the task's); dataset: "
+                f"{_short(recorded)}, task: {_short(dataset.describe_space(space))}",
+            )
+
+
+def _short(desc: dict[str, Any]) -> str:
+    """A space description without its bounds (which can hold a number per pixel)."""
+    return str({k: v for k, v in desc.items() if k not in ("low", "high")})

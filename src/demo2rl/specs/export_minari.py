@@ -1,0 +1,42 @@
+"""The dataset as a Minari dataset: the export_minari job's spec."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+from demo2rl import names
+from demo2rl.spec_fields import path, result
+
+UNFINGERPRINTED_IMPORTS = {
+    "demo2rl.names": "the getter's dataset id (a name, not what the dataset holds)",
+}
+
+
+def dataset_id(experiment: str, variant: str) -> str:
+    """The Minari id of an experiment's dataset: ``demo2rl/<experiment>-v0`` (a variant's:
+    ``demo2rl/<experiment>-<variant>-v0``)."""
+    name = experiment if variant == names.BASE_VARIANT else f"{experiment}-{variant}"
+    return f"demo2rl/{name}-v0"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ExportJob:
+    """A variant's dataset written as a Minari dataset with Minari's own API (rule
+    export_minari).
+
+    :param dataset_id: the Minari id it is exported under.
+    :param demos: the dataset.
+    :param out: the Minari store directory it goes into (the dataset lies under it by its id).
+    """
+
+    STAGE: ClassVar[str] = "export"
+    TASK_CODE: ClassVar[bool] = False
+    dataset_id: str = result(
+        lambda v, wc: dataset_id(v.config["experiment"], names.variant_of(wc.root))
+    )
+    demos: str = path()
+    out: str = path(source="output")
+
+    def run_name(self) -> str:
+        return "export-minari"

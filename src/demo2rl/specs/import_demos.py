@@ -1,0 +1,41 @@
+"""A dataset imported instead of collected: the import_demos job's spec."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from demo2rl.spec_fields import path, result, speed
+from demo2rl.specs import common
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ImportJob:
+    """An existing dataset (``collect.source``: a Minari dataset or a demo2rl HDF5 file) written
+    as the experiment's dataset, with its split, statistics and content hash (rule
+    import_demos).
+
+    :param source: ``collect.source`` as the config gives it.
+    :param env: the task's env (its id and kwargs are the dataset's task; its spaces are
+        checked against the dataset's).
+    :param valid_fraction: ``collect.valid_fraction``.
+    :param seed: the workflow's base seed (the split of a dataset without one of its own).
+    :param data: the source's file or directory as the rule reads it (its changes rerun the
+        import).
+    :param out: the dataset.
+    :param codec: HDF5 compression of image observations.
+    """
+
+    STAGE: ClassVar[str] = "import"
+    TASK_CODE: ClassVar[bool] = True
+    source: str = result(lambda v, wc: v.collect.source)
+    env: Mapping[str, Any] = result(lambda v, wc: v.env)
+    valid_fraction: float = result(lambda v, wc: v.collect.valid_fraction)
+    seed: int = common.seed()
+    data: str = path()
+    out: str = path(source="output")
+    codec: str = speed(lambda v, wc: v.collect.codec)
+
+    def run_name(self) -> str:
+        return "import-demos"
