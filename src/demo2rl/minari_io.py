@@ -313,7 +313,7 @@ def export_minari(
     place, replacing an earlier export: an error or a kill leaves no half-written dataset (a
     killed export's hidden store is removed by the next one).
     """
-    demos_path, out_dir = Path(demos_path), Path(out_dir)
+    demos_path, out_dir = Path(demos_path), Path(out_dir).absolute()  # (Minari: a store path)
     _check_id(dataset_id, dataset_id)
     digest = dataset.verify(demos_path)
     tables = dataset.read_tables(demos_path)
