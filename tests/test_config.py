@@ -98,7 +98,7 @@ def schema_leaves(node: dict, prefix: str = "") -> dict[str, dict]:
     leaves = {}
     for key, entry in node.get("properties", {}).items():
         path = f"{prefix}{key}"
-        if "properties" in entry:  # (an object, or one that may be null)
+        if entry.get("type") == "object" and "properties" in entry:
             leaves |= schema_leaves(entry, f"{path}.")
         else:
             leaves[path] = entry

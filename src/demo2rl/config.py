@@ -474,6 +474,15 @@ def gradient_steps(updates_per_step: float, n_envs: int) -> int:
     return round(steps)
 
 
+def without_expert(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with ``task.expert`` None where its ``entry_point`` is null (the task has no
+    expert): how the workflow's jobs are given a task without one."""
+    expert = config["task"]["expert"]
+    if expert is not None and expert.get("entry_point") is None:
+        config["task"]["expert"] = None
+    return config
+
+
 def check(config: Mapping[str, Any]) -> None:
     """Raise ConfigError for the first value the workflow cannot use (after schema validation)."""
     task = config["task"]
@@ -490,7 +499,8 @@ def check(config: Mapping[str, Any]) -> None:
     elif collect["source"] == EXPERT_SOURCE:
         raise ConfigError(
             "task.expert",
-            "null (no expert), but collect.source is expert: collection needs the expert; set "
+            "entry_point null (no expert), but collect.source is expert: collection needs the "
+            "expert; set "
             "collect.source to a dataset to import (minari:<id>, a Minari dataset directory or "
             "a demo2rl .h5 file)",
         )
@@ -498,8 +508,8 @@ def check(config: Mapping[str, Any]) -> None:
         raise ConfigError(
             "bc.dagger.rounds",
             f"{config['bc']['dagger']['rounds']} DAgger rounds need an expert to label the "
-            "clone's states, and task.expert is null: set rounds to 0, or give the task an "
-            "expert",
+            "clone's states, and task.expert.entry_point is null: set rounds to 0, or give the "
+            "task an expert",
         )
     dagger = config["bc"]["dagger"]
     if dagger["n_shards"] > dagger["episodes"]:

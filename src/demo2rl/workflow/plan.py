@@ -63,6 +63,7 @@ def resolve(name: str, cfg: dict[str, Any], gpus: int | None = None) -> dict[str
     """A variant's config as its jobs read it: checked, its task probed (a bad key, a space the
     workflow cannot use or an expert that does not fit fails here, before any job, naming the
     variant), the `auto` and `all` values resolved as they run, keys sorted."""
+    cfg = config.without_expert(cfg)
     try:
         config.check(cfg)
         probe_input = {
@@ -168,7 +169,9 @@ class Variant:
         """`task.timeout_s` in integer milliseconds, the resource the rules take (Snakemake
         would round a float resource to whole seconds)."""
         self.task_code = tuple(
-            tasks.entry_point_modules(cfg["task"]["env_id"], cfg["task"]["expert"]["entry_point"])
+            tasks.entry_point_modules(
+                cfg["task"]["env_id"], (cfg["task"]["expert"] or {}).get("entry_point")
+            )
         )
         """The modules of the task's env and expert (a user's own code, too)."""
         self.racing = cfg["task"]["env_id"].rpartition(":")[2] == "Racing-v0"
