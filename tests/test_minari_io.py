@@ -428,6 +428,28 @@ def test_an_image_export_is_exact_and_imports_to_the_same_content_hash(tmp_path,
     assert digest == original.attrs["content_hash"]
 
 
+def test_relative_store_paths_work_as_the_workflow_gives_them(tmp_path, monkeypatch):
+    """The rule's output and a user's MINARI_DATASETS_PATH are relative to the working
+    directory (Minari, given a relative store, joins the data path to itself: export_minari
+    hands it an absolute one)."""
+    dataset.write(tmp_path / "demos.h5", make_image_demos(2, shape=(8, 8, 1)))
+    monkeypatch.chdir(tmp_path)
+    path = minari_io.export_minari("demos.h5", Path("results/demos/minari"), "demo2rl/rel-v0")
+    assert path == tmp_path / "results/demos/minari/demo2rl/rel-v0" and path.is_dir()
+    monkeypatch.setenv("MINARI_DATASETS_PATH", "results/demos/minari")
+    assert minari.load_dataset("demo2rl/rel-v0").total_episodes == 2
+    assert minari_io.describe("minari:demo2rl/rel-v0").n_episodes == 2
+    digest = minari_io.import_minari(
+        "minari:demo2rl/rel-v0",
+        "back.h5",
+        env_id="Toy-v0",
+        env_kwargs={"k": 1},
+        base_seed=0,
+        valid_fraction=0.0,
+    )
+    assert digest == dataset.read_attrs("back.h5")["content_hash"]
+
+
 def test_a_failed_export_leaves_the_previous_one_and_nothing_half_written(tmp_path, monkeypatch):
     demos = make_image_demos(3, shape=IMAGE.shape)
     dataset.write(tmp_path / "demos.h5", demos)
