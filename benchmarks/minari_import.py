@@ -7,16 +7,17 @@ with demo2rl's own collection (one shard, merged: ``collect.collect_shard``,
 once (into the page cache), then each arm runs once, in a fresh subprocess:
 
 (a) load: ``minari.load_dataset`` and every episode's arrays (``iterate_episodes``);
-(b) import: ``minari_io.import_minari`` of it (gzip, valid_fraction 0.1), the import stage's call.
+(b) import: ``minari_io.import_minari`` of it (valid_fraction 0.1, ``--codec``, by default gzip:
+    the import stage's call).
 
 Figures: ``import_vs_load`` = steps/s of (b) / steps/s of (a) (target >= 0.8); the import's
 peak RSS over its RSS when it starts (after its imports: ``/proc/self/status`` VmHWM - VmRSS),
 overall and up to the end of the episodes' stream (read when the statistics begin), beside the
 largest episode's bytes (target: about one episode plus a block of rows) and the observation
 and action columns' bytes (what the statistics of vector observations read whole).
-Writes ``results/bench/minari_import.json``. Usage::
+Writes ``results/bench/minari_import[_camera]_<codec>.json``. Usage::
 
-    python benchmarks/minari_import.py [--episodes 200] [--camera]
+    python benchmarks/minari_import.py [--episodes 200] [--camera] [--codec gzip]
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ else:
     dataset._file_statistics = stream_ends
     minari_io.import_minari(
         "minari:" + a["dataset_id"], a["out"], env_id=a["env_id"], env_kwargs=a["env_kwargs"],
-        base_seed=0, valid_fraction=0.1, codec="gzip",
+        base_seed=0, valid_fraction=0.1, codec=a["codec"],
     )
     steps = None
 seconds = time.perf_counter() - start
@@ -102,8 +103,9 @@ def build(tmp: Path, n_episodes: int, env_kwargs: dict[str, Any], expert_input: 
     return path
 
 
-def run_child(arm: str, tmp: Path, env_kwargs: dict[str, Any]) -> dict[str, Any]:
+def run_child(arm: str, tmp: Path, env_kwargs: dict[str, Any], codec: str) -> dict[str, Any]:
     arguments = {
+        "codec": codec,
         "arm": arm,
         "dataset_id": DATASET_ID,
         "out": str(tmp / "imported.h5"),
@@ -124,6 +126,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--episodes", type=int, default=200)
     parser.add_argument("--camera", action="store_true", help="48x48 camera observations")
+    parser.add_argument("--codec", default="gzip", choices=dataset.CODECS, help="of the import")
     args = parser.parse_args()
     env_kwargs = CAMERA if args.camera else {}
     expert_input = "info.state" if args.camera else "observation"
@@ -133,8 +136,8 @@ def main() -> None:
         path = build(tmp, args.episodes, env_kwargs, expert_input)
         for file in (path / "data").iterdir():  # both arms find the file in the page cache
             file.read_bytes()
-        load = run_child("load", tmp, env_kwargs)
-        imported = run_child("import", tmp, env_kwargs)
+        load = run_child("load", tmp, env_kwargs, args.codec)
+        imported = run_child("import", tmp, env_kwargs, args.codec)
         demos = dataset.read_tables(tmp / "demos.h5")
         assert dataset.verify(tmp / "imported.h5") == demos.attrs["content_hash"]
         with_attrs = dataset.read_attrs(tmp / "demos.h5")
@@ -154,7 +157,7 @@ def main() -> None:
     stream = imported["stream_peak_rss"] - imported["start_rss"]
     mib = 2**20
     report(
-        "minari_import" + ("_camera" if args.camera else ""),
+        "minari_import" + ("_camera" if args.camera else "") + f"_{args.codec}",
         {
             "import_vs_load": import_speed / load_speed,
             "load_steps_per_s": load_speed,
@@ -168,6 +171,7 @@ def main() -> None:
             "obs_and_action_columns_mib": columns_bytes / mib,
             "copy_block_mib": dataset.COPY_BYTES / mib,
             "episodes": args.episodes,
+            "codec": args.codec,
             "steps": n_steps,
             "minari_file_mib": minari_bytes / mib,
             "imported_file_mib": demos_bytes / mib,
