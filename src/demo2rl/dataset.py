@@ -39,8 +39,9 @@ by 1/255 and never normalise per pixel.
 docs/dataset.md has the measurements behind these choices.
 
 Memory: :func:`merge_files` (the merge stage) streams the shards into the merged file in blocks of
-rows, and :func:`verify` hashes a file in blocks, so neither holds more than a few blocks of frames
-(plus, for vector observations, the observation and action columns for the statistics).
+rows, through :func:`write_streamed`, which the Minari import (:mod:`demo2rl.minari_io`) feeds
+episode by episode; :func:`verify` hashes a file in blocks. None holds more than a few blocks of
+frames (plus, for vector observations, the observation and action columns for the statistics).
 :func:`read` loads a whole file; :func:`read_tables` everything but the observation and action
 columns.
 """
