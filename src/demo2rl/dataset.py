@@ -1,6 +1,6 @@
 """The demonstration dataset: one HDF5 file, columnar, self-describing.
 
-(About 800 lines, on purpose: the file format is one module, reader, writer, merge and content
+(About 900 lines, on purpose: the file format is one module, reader, writer, merge and content
 hash together, so that a change to the format is made, and reviewed, in one place.)
 
 Layout (``FORMAT_VERSION`` 1)::
