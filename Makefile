@@ -9,7 +9,7 @@ SNAKEMAKE := $(BIN)/snakemake
 PORT ?= 5000
 RESULTS_DIR ?= results
 
-.PHONY: venv run test test-fast lint format reruns-doc report ui bench diagnose tune-sac clean help
+.PHONY: venv run export test test-fast lint format reruns-doc report ui bench diagnose tune-sac clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -33,6 +33,9 @@ $(STAMP): pyproject.toml requirements/constraints.txt
 
 run: venv  ## run the default workflow (config/config.yaml) on all cores
 	$(SNAKEMAKE) --cores $(CORES)
+
+export: venv  ## the dataset of `make run` as a Minari dataset -> results/<experiment>/demos/minari (docs/dataset.md#minari)
+	$(SNAKEMAKE) --cores $(CORES) export
 
 report: venv  ## HTML report of the last `make run` (plots, tables, captions) -> results/report.html
 	$(SNAKEMAKE) --report results/report.html

@@ -65,8 +65,12 @@ DOC_OUT = os.environ.get("DEMO2RL_RERUN_DOC_OUT")
 RULES = (
     "collect_shard",
     "merge_demos",
+    "import_demos",
     "train_bc",
     "plot_bc",
+    "dagger_shard",
+    "aggregate_dagger",
+    "train_dagger",
     "train_rl",
     "evaluate",
     "summarize",
@@ -82,6 +86,9 @@ SPECIAL_VALUES: dict[str, Any] = {
     "task.expert.entry_point": "user_expert:careful_pursuit",  # a user's module (tests/)
     "task.expert.kwargs": {"margin": 0.6},
     "task.expert.input": "info.state",  # Racing-v0's infos carry its state (camera or not)
+    # a dataset to import instead of collecting: the finished run's first shard (it exists in
+    # the run's directory, where the plan is made)
+    "collect.source": "results/test-racing/demos/shard-0.h5",
     "policy.net_arch": [32, 32],
     "bc.device": "cuda",  # (auto is the CPU for the test config's MLP: the same run as cpu)
     "rl.device": "cuda",
