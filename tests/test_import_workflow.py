@@ -133,7 +133,8 @@ def test_an_imported_minari_dataset_runs_the_workflow_without_an_expert(imported
 
 def test_the_export_imported_again_is_the_same_dataset(imported, store, tmp_path):
     """`snakemake export` writes the dataset as a Minari dataset that Minari loads; a workflow
-    importing that export writes a dataset of the same content hash."""
+    importing that export, with the env its env spec records (``task.env_id: dataset``), writes
+    a dataset of the same content hash."""
     config = imported / "import.yaml"
     env = {"MINARI_DATASETS_PATH": str(store)}
     snakemake(imported, "export", "--cores", "1", "--configfile", str(config), env=env)
@@ -155,7 +156,9 @@ def test_the_export_imported_again_is_the_same_dataset(imported, store, tmp_path
     again = tmp_path / "again"
     again.mkdir()
     source = exported / "demo2rl" / f"{EXPERIMENT}-v0"  # a Minari dataset's directory
-    config = import_config(again, str(source))
+    # the env as the export records it (its env spec): env_id dataset, no kwargs of our own
+    task = {"env_id": "dataset", "expert": {"entry_point": None}}
+    config = import_config(again, str(source), task=task)
     demos = f"results/{EXPERIMENT}/demos/demos.h5"
     snakemake(again, demos, "--cores", "1", "--configfile", str(config))
     first = dataset.read_attrs(results(imported) / "demos" / "demos.h5")["content_hash"]
@@ -215,6 +218,10 @@ def test_what_needs_an_expert_is_refused_without_one(tmp_path, store):
         tmp_path, import_config(tmp_path, source, collect={"source": "expert"}), env=env
     )
     assert "task.expert" in said and "collect.source is expert" in said, said
+    # the env from a dataset that records none (made without an env spec)
+    task = {"env_id": "dataset", "expert": {"entry_point": None}}
+    said = plan_error(tmp_path, import_config(tmp_path, source, task=task), env=env)
+    assert "task.env_id" in said and "records no env spec" in said, said
     said = plan_error(tmp_path, import_config(tmp_path, "minari:test/absent-v0"), env=env)
     assert "collect.source" in said and "test/absent-v0" in said, said
     said = plan_error(tmp_path, import_config(tmp_path, str(tmp_path / "none.h5")), env=env)

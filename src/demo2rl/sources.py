@@ -19,6 +19,8 @@ from demo2rl import dataset
 from demo2rl.config import EXPERT_SOURCE, ConfigError
 
 KEY = "collect.source"
+FROM_DATASET = "dataset"
+"""``task.env_id`` of a task whose env is the one the imported dataset records (its env spec)."""
 HDF5_SUFFIXES = (".h5", ".hdf5")
 MINARI_PREFIX = "minari:"
 
@@ -54,6 +56,35 @@ def resolve(source: str) -> Source:
         f"{source!r} is neither expert, minari:<dataset id>, a Minari dataset directory nor a "
         f"demo2rl HDF5 file ({', '.join(HDF5_SUFFIXES)}), or it does not exist",
     )
+
+
+def env_of(source: str) -> tuple[str, dict[str, Any]]:
+    """The env id and kwargs the dataset ``source`` records (a Minari dataset's env spec, a
+    demo2rl file's task): what ``task.env_id: dataset`` stands for; ConfigError naming
+    ``task.env_id`` where it records none, or the source is the expert."""
+    if source == EXPERT_SOURCE:
+        raise ConfigError(
+            "task.env_id",
+            f"{FROM_DATASET!r} takes the env from an imported dataset, but collect.source is "
+            "expert: name the env",
+        )
+    src = resolve(source)
+    if src.kind == "hdf5":
+        attrs = dataset.read_attrs(src.path)
+        env_id, env_kwargs = attrs.get("env_id"), attrs.get("env_kwargs")
+    else:
+        from demo2rl import minari_io
+
+        try:
+            info = minari_io.describe(src.path)
+        except (dataset.DatasetError, OSError) as err:
+            raise ConfigError(KEY, str(err)) from None
+        env_id, env_kwargs = info.env_id, info.env_kwargs
+    if not env_id:
+        raise ConfigError(
+            "task.env_id", f"{FROM_DATASET!r}, but {src.path} records no env spec: name the env"
+        )
+    return str(env_id), dict(env_kwargs or {})
 
 
 def spaces(src: Source) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -65,6 +65,10 @@ def resolve(name: str, cfg: dict[str, Any], gpus: int | None = None) -> dict[str
     variant), the `auto` and `all` values resolved as they run, keys sorted."""
     cfg = config.without_expert(cfg)
     try:
+        if cfg["task"]["env_id"] == sources.FROM_DATASET:  # the imported dataset's env
+            env_id, env_kwargs = sources.env_of(cfg["collect"]["source"])
+            cfg["task"]["env_id"] = env_id
+            cfg["task"]["env_kwargs"] = env_kwargs | cfg["task"]["env_kwargs"]
         config.check(cfg)
         probe_input = {
             "task": cfg["task"],
