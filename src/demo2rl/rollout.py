@@ -319,7 +319,7 @@ class _Actors:
         if (driven | ~slots.running()).all():
             return labels, labels, driven
         with limit(self.policy_what):
-            own = tasks.checked_actions(self.policy, inputs[0], space)
+            own = tasks.checked_actions(self.policy, inputs[0], space, who="the learner")
         executed = np.where(driven.reshape(-1, *[1] * (own.ndim - 1)), labels, own)
         return executed, labels, driven
 

@@ -218,15 +218,17 @@ def load_expert(entry_point: str, kwargs: Mapping[str, Any] | None = None) -> Po
     return functools.partial(fn, **dict(kwargs or {})) if kwargs else fn
 
 
-def checked_actions(policy: PolicyFn, obs: np.ndarray, action_space: gym.Space) -> np.ndarray:
-    """Call ``policy`` on a batch and check what it returns: shape, finiteness, dtype. (The
-    messages say "expert": the only policy that is user code, and so the one that can fail.)"""
+def checked_actions(
+    policy: PolicyFn, obs: np.ndarray, action_space: gym.Space, who: str = "expert"
+) -> np.ndarray:
+    """Call ``policy`` on a batch and check what it returns: shape, finiteness, dtype; the
+    messages name it as ``who`` (the expert, user code, by default; DAgger's learner)."""
     actions = np.asarray(policy(obs))
     want = (obs.shape[0], *action_space.shape)
     if actions.shape != want:
-        raise TaskError(f"expert returned actions of shape {actions.shape}, expected {want}")
+        raise TaskError(f"{who} returned actions of shape {actions.shape}, expected {want}")
     if np.issubdtype(actions.dtype, np.floating) and not np.all(np.isfinite(actions)):
-        raise TaskError("expert returned non-finite actions")
+        raise TaskError(f"{who} returned non-finite actions")
     return actions.astype(action_space.dtype, copy=False)
 
 
