@@ -6,10 +6,6 @@ DAGGER_DIR = f"{{root}}/{names.DAGGER_DIR}"
 """A DAgger round's directory, with the root (a variant's results) and round wildcards."""
 
 
-def dagger_inputs(rule):
-    return lambda wc: PLAN.dagger_inputs(PLAN.at(wc.root), rule, int(wc.round))
-
-
 rule dagger_shard:
     input:
         unpack(dagger_inputs("dagger_shard")),
