@@ -79,8 +79,6 @@ def resolve(name: str, cfg: dict[str, Any], gpus: int | None = None) -> dict[str
     except config.ConfigError as err:
         where = "" if name == names.BASE_VARIANT else f"variant {name!r}: "
         raise PlanError(f"{where}{err}") from None
-    # `rl.arms: all`: every arm that applies to the task (the probe says which, and logs why an
-    # arm is left out); an explicit list is checked by the probe and kept as it is
     if cfg["collect"]["source"] != config.EXPERT_SOURCE:  # a dataset to import: its spaces
         try:
             sources.check_spaces(
@@ -91,6 +89,8 @@ def resolve(name: str, cfg: dict[str, Any], gpus: int | None = None) -> dict[str
         except config.ConfigError as err:
             where = "" if name == names.BASE_VARIANT else f"variant {name!r}: "
             raise PlanError(f"{where}{err}") from None
+    # `rl.arms: all`: every arm that applies to the task (the probe says which, and logs why an
+    # arm is left out); an explicit list is checked by the probe and kept as it is
     cfg["rl"]["arms"] = list(found.arms)
     # `auto` as it runs (native or dummy), so that spelling out the same choice reruns nothing
     cfg["rl"]["vec_env"] = vec_env_choice.resolve_vec_env(
@@ -262,8 +262,8 @@ class Plan:
         return self.output(variant, ("round", str(round))).rpartition("/")[0]
 
     def dagger_inputs(self, variant: Variant, rule: str, round: int) -> dict[str, Any]:
-        """What a job of DAgger ``rule`` of ``variant``'s round ``round`` reads: the last clone
-        (round 0: the plain clone), which drives; the dataset, whose episode count the round's
+        """What a job of DAgger ``rule`` of ``variant``'s round ``round`` reads: the last
+        round's clone (round 1: the plain clone), which drives; the dataset, whose episode count the round's
         episodes continue from; the data the round's aggregate extends (the dataset, or the
         last round's aggregate) and the round's shards; the aggregate its clone trains on."""
         previous = ("clone",) if round == 1 else ("round", str(round - 1))
