@@ -83,37 +83,48 @@ def main() -> None:
 
 
 def draw(path: Path, stats: dict[str, Any], calls: dict[str, float], expert: float) -> None:
-    """Return against expert calls: the plain clones (more demonstrations) and DAgger's rounds
-    (more labels on the clone's own states), IQM with its interval, the expert's level."""
+    """Return against expert calls, IQM (left) and mean (right: it counts the episodes a clone
+    fails, which the IQM trims), each with its interval: the plain clones (more demonstrations)
+    and DAgger's rounds (more labels on the clone's own states), the expert's level."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    for prefix, label, color in (("bc-", "plain clone, more demonstrations", "tab:orange"),):
-        pts = sorted((calls[p], stats["groups"][p]) for p in calls if p.startswith(prefix))
-        _line(ax, pts, label, color)
-    rounds = [p for p in calls if names.dagger_round(p)]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.0))
     start = min((p for p in calls if p.startswith("bc-")), key=calls.get)
-    pts = sorted((calls[p], stats["groups"][p]) for p in [start, *rounds])
-    _line(ax, pts, "DAgger rounds (from the fewest demonstrations)", "goldenrod")
-    ax.axhline(expert, color="black", lw=1, ls="--", label="expert")
-    ax.set_xlabel("expert calls (steps the expert acted or labelled)")
-    ax.set_ylabel("held-out IQM return (95% CI)")
-    ax.legend(loc="lower right", fontsize=8)
+    lines = (
+        (
+            sorted((p for p in calls if p.startswith("bc-")), key=calls.get),
+            "plain clone, more demonstrations",
+            "tab:orange",
+        ),
+        (
+            [start, *sorted((p for p in calls if names.dagger_round(p)), key=calls.get)],
+            "DAgger rounds (from the fewest demonstrations)",
+            "goldenrod",
+        ),
+    )
+    for ax, stat in zip(axes, ("iqm", "mean"), strict=True):
+        for policies_, label, color in lines:
+            groups = [stats["groups"][p] for p in policies_]
+            x = [calls[p] for p in policies_]
+            y = [g[stat] for g in groups]
+            err = [
+                [g[stat] - g[f"{stat}_ci"][0] for g in groups],
+                [g[f"{stat}_ci"][1] - g[stat] for g in groups],
+            ]
+            ax.errorbar(x, y, yerr=err, marker="o", color=color, label=label, capsize=3)
+        ax.axhline(
+            stats["groups"][names.EXPERT][stat], color="black", lw=1, ls="--", label="expert"
+        )
+        ax.set_xlabel("expert calls (steps the expert acted or labelled)")
+        ax.set_ylabel(f"held-out {stat.upper() if stat == 'iqm' else stat} return (95% CI)")
+    axes[1].legend(loc="lower right", fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110)
     print(f"-> {path}")
-
-
-def _line(ax: Any, pts: list[tuple[float, dict[str, Any]]], label: str, color: str) -> None:
-    x = [c for c, _ in pts]
-    y = [st["iqm"] for _, st in pts]
-    lo = [st["iqm"] - st["iqm_ci"][0] for _, st in pts]
-    hi = [st["iqm_ci"][1] - st["iqm"] for _, st in pts]
-    ax.errorbar(x, y, yerr=[lo, hi], marker="o", color=color, label=label, capsize=3)
 
 
 if __name__ == "__main__":
