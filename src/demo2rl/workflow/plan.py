@@ -263,9 +263,10 @@ class Plan:
 
     def dagger_inputs(self, variant: Variant, rule: str, round: int) -> dict[str, Any]:
         """What a job of DAgger ``rule`` of ``variant``'s round ``round`` reads: the last
-        round's clone (round 1: the plain clone), which drives; the dataset, whose episode count the round's
-        episodes continue from; the data the round's aggregate extends (the dataset, or the
-        last round's aggregate) and the round's shards; the aggregate its clone trains on."""
+        round's clone (round 1: the plain clone), which drives; the dataset, whose episode
+        count the round's episodes continue from; the data the round's aggregate extends (the
+        dataset, or the last round's aggregate) and the round's shards; the aggregate its clone
+        trains on."""
         previous = ("clone",) if round == 1 else ("round", str(round - 1))
         demos = self.output(variant, ("demos",))
         here = self.dagger_dir(variant, round)
