@@ -46,7 +46,7 @@ rule merge_demos:
 
 rule import_demos:
     input:
-        data=from_variant(PLAN.import_data),
+        files=from_variant(PLAN.import_files),
     output:
         out="{root}/demos/demos.h5",
     log:

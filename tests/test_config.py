@@ -303,3 +303,15 @@ def test_a_config_of_the_older_format_is_refused_naming_the_key_to_rename(old, k
     with pytest.raises(config.ConfigError, match=rf"'{re.escape(key)}'.*rl\.arms"):
         config.load(old)
     assert config.load({"rl": {"arms": ["scratch"]}})["version"] == config.VERSION
+
+
+def test_spelt_twice_on_purpose_agree():
+    """Two constants kept beside the code that reads them, each a copy of its source: the most
+    DAgger rounds (the schema's maximum), and the Minari source prefix (planning a collected
+    dataset must not import Minari)."""
+    from demo2rl import minari_io, names, sources
+
+    schema = yaml.safe_load(config.SCHEMA.read_text())
+    dagger = schema["properties"]["bc"]["properties"]["dagger"]["properties"]
+    assert dagger["rounds"]["maximum"] == names.MAX_DAGGER_ROUNDS
+    assert sources.MINARI_PREFIX == minari_io.PREFIX

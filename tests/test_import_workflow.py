@@ -226,3 +226,34 @@ def test_what_needs_an_expert_is_refused_without_one(tmp_path, store):
     assert "collect.source" in said and "test/absent-v0" in said, said
     said = plan_error(tmp_path, import_config(tmp_path, str(tmp_path / "none.h5")), env=env)
     assert "collect.source" in said and "none.h5" in said, said
+
+
+def test_dagger_on_an_imported_dataset_is_refused_before_any_job(tmp_path, store):
+    """DAgger extends the dataset the task's expert collected; an imported one (here with an
+    expert the task could call) is refused naming both keys."""
+    expert = {"entry_point": "demo2rl.experts.racing:pure_pursuit", "kwargs": {"margin": 0.65}}
+    bc = yaml.safe_load(TEST_CONFIG.read_text())["bc"] | {"dagger": {"rounds": 1}}
+    config = import_config(
+        tmp_path, "minari:test/racing-v0", bc=bc, task=copy.deepcopy(RACING) | {"expert": expert}
+    )
+    said = plan_error(tmp_path, config, env={"MINARI_DATASETS_PATH": str(store)})
+    assert "bc.dagger.rounds" in said and "collect.source" in said, said
+
+
+def test_a_changed_file_of_the_minari_dataset_reruns_the_import(imported, store):
+    """The import reads every file of the dataset's directory (a directory's own time does not
+    change with its files'): a file whose content changed plans the import and what follows it
+    again (Snakemake compares an input's checksum, not only its time); restored, nothing."""
+    config = imported / "import.yaml"
+    env = {"MINARI_DATASETS_PATH": str(store)}
+    metadata = store / "test" / "racing-v0" / "data" / "metadata.json"
+    original = metadata.read_bytes()
+    try:
+        metadata.write_bytes(original + b"\n")  # the same metadata, other bytes
+        proc = snakemake(imported, "-n", "--configfile", str(config), "--nolock", env=env)
+        said = proc.stdout + proc.stderr
+        assert "rule import_demos:" in said and "metadata.json" in said, said[-3000:]
+    finally:
+        metadata.write_bytes(original)
+    proc = snakemake(imported, "-n", "--configfile", str(config), "--nolock", env=env)
+    assert "Nothing to be done" in proc.stdout + proc.stderr

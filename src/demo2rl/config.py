@@ -512,7 +512,15 @@ def check(config: Mapping[str, Any]) -> None:
             "task an expert",
         )
     dagger = config["bc"]["dagger"]
-    if dagger["n_shards"] > dagger["episodes"]:
+    if dagger["rounds"] > 0 and collect["source"] != EXPERT_SOURCE:
+        raise ConfigError(
+            "bc.dagger.rounds",
+            f"{dagger['rounds']} DAgger rounds with collect.source {collect['source']!r}: a "
+            "round's labels join the dataset the task's expert collected (the aggregate "
+            "merges them, which needs the same task, expert and seeds), and an imported "
+            "dataset is not one; set rounds to 0, or collect.source to expert",
+        )
+    if dagger["rounds"] > 0 and dagger["n_shards"] > dagger["episodes"]:
         raise ConfigError(
             "bc.dagger.n_shards",
             f"{dagger['n_shards']} shards for {dagger['episodes']} episodes a round leave some "

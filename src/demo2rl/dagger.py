@@ -179,3 +179,22 @@ def _one_torch_thread() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(threads)
+
+
+def expert_calls(aggregate: str, demos: str, round: int) -> dict[str, int]:
+    """The steps the expert labelled: in round ``round`` (``expert_calls``), in rounds 1 to
+    ``round`` (``expert_calls_total``), and the dataset's own steps (``demo_steps``: each an
+    expert call, where the expert collected it). Every round has the same number of episodes,
+    numbered after the dataset's and the earlier rounds' (:mod:`demo2rl.dagger`)."""
+    episodes = dataset.read_tables(aggregate).episodes
+    n_demos = int(dataset.read_attrs(demos)["n_episodes"])
+    index, length = episodes["index"], episodes["length"]
+    labelled = index >= n_demos
+    per_round = int(np.count_nonzero(labelled)) // round
+    this = index >= n_demos + (round - 1) * per_round
+    return {
+        "expert_calls": int(length[this].sum()),
+        "expert_calls_total": int(length[labelled].sum()),
+        "demo_steps": int(length[~labelled].sum()),
+        "dagger_episodes": int(np.count_nonzero(this)),
+    }

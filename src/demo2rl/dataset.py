@@ -179,6 +179,12 @@ def space_from_description(desc: Mapping[str, Any]) -> gym.Space:
     raise ValueError(f"unsupported space description: {desc}")
 
 
+def short_description(desc: Mapping[str, Any]) -> str:
+    """A :func:`describe_space` description without its bounds (which can hold a number per
+    pixel), for a message."""
+    return str({k: v for k, v in desc.items() if k not in ("low", "high")})
+
+
 def space_mismatch(name: str, expected: Mapping[str, Any], actual: Mapping[str, Any]) -> str | None:
     """How two :func:`describe_space` descriptions differ, e.g. ``"observation_space shape (39,) vs
     (2,)"`` (``expected`` first), or None when they are equal."""

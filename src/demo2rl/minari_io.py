@@ -248,8 +248,9 @@ def import_minari(
             if problem:
                 raise DatasetError(
                     name,
-                    f"{problem} (expected vs the dataset's); expected: {_short(want)}, "
-                    f"the dataset's: {_short(spaces[key])}",
+                    f"{problem} (expected vs the dataset's); expected: "
+                    f"{dataset.short_description(want)}, the dataset's: "
+                    f"{dataset.short_description(spaces[key])}",
                 )
     try:
         data = minari.MinariDataset(path / "data")
@@ -433,11 +434,6 @@ def _described(name: str | os.PathLike[str], key: str, space: gym.Space) -> dict
         raise DatasetError(
             name, f"{key} {space} is not one demo2rl stores (a Box or a Discrete)"
         ) from None
-
-
-def _short(desc: Mapping[str, Any]) -> str:
-    """A space description without its bounds (which can hold a number per pixel)."""
-    return str({k: v for k, v in desc.items() if k not in ("low", "high")})
 
 
 def _attrs(

@@ -39,6 +39,15 @@ DAGGER_POLICY = "dagger{round}"
 MAX_DAGGER_ROUNDS = 20
 """The most DAgger rounds a config may ask for (the schema's ``bc.dagger.rounds`` maximum)."""
 _DAGGER_POLICY = re.compile(r"dagger[1-9]\d*")
+
+
+def minari_dataset_id(experiment: str, variant: str) -> str:
+    """The Minari id a variant's dataset is exported under: ``demo2rl/<experiment>-v0`` (a
+    variant's: ``demo2rl/<experiment>-<variant>-v0``)."""
+    name = experiment if variant == BASE_VARIANT else f"{experiment}-{variant}"
+    return f"demo2rl/{name}-v0"
+
+
 MINARI_DIR = "demos/minari"
 """Where a variant's dataset is exported as a Minari dataset (a Minari store directory: the
 dataset lies under it by its id)."""

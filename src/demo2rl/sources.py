@@ -23,6 +23,8 @@ FROM_DATASET = "dataset"
 """``task.env_id`` of a task whose env is the one the imported dataset records (its env spec)."""
 HDF5_SUFFIXES = (".h5", ".hdf5")
 MINARI_PREFIX = "minari:"
+"""(:data:`demo2rl.minari_io.PREFIX`, spelt here so that planning a collected dataset never
+imports Minari; a test checks that the two agree.)"""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +60,14 @@ def resolve(source: str) -> Source:
     )
 
 
+def files(src: Source) -> list[Path]:
+    """The files a dataset source holds: the HDF5 file, or every file under a Minari
+    dataset's directory, in order."""
+    if src.kind == "hdf5":
+        return [src.path]
+    return sorted(p for p in src.path.rglob("*") if p.is_file())
+
+
 def env_of(source: str) -> tuple[str, dict[str, Any]]:
     """The env id and kwargs the dataset ``source`` records (a Minari dataset's env spec, a
     demo2rl file's task): what ``task.env_id: dataset`` stands for; ConfigError naming
@@ -69,17 +79,17 @@ def env_of(source: str) -> tuple[str, dict[str, Any]]:
             "expert: name the env",
         )
     src = resolve(source)
-    if src.kind == "hdf5":
-        attrs = dataset.read_attrs(src.path)
-        env_id, env_kwargs = attrs.get("env_id"), attrs.get("env_kwargs")
-    else:
-        from demo2rl import minari_io
+    try:
+        if src.kind == "hdf5":
+            attrs = dataset.read_attrs(src.path)
+            env_id, env_kwargs = attrs.get("env_id"), attrs.get("env_kwargs")
+        else:
+            from demo2rl import minari_io
 
-        try:
             info = minari_io.describe(src.path)
-        except (dataset.DatasetError, OSError) as err:
-            raise ConfigError(KEY, str(err)) from None
-        env_id, env_kwargs = info.env_id, info.env_kwargs
+            env_id, env_kwargs = info.env_id, info.env_kwargs
+    except (dataset.DatasetError, ValueError, OSError, KeyError) as err:
+        raise ConfigError(KEY, f"{src.path}: its env spec cannot be read ({err})") from None
     if not env_id:
         raise ConfigError(
             "task.env_id", f"{FROM_DATASET!r}, but {src.path} records no env spec: name the env"
@@ -114,10 +124,6 @@ def check_spaces(src: Source, observation_space: gym.Space, action_space: gym.Sp
             raise ConfigError(
                 KEY,
                 f"{src.path}: the dataset's {problem} (dataset vs the task's); dataset: "
-                f"{_short(recorded)}, task: {_short(dataset.describe_space(space))}",
+                f"{dataset.short_description(recorded)}, task: "
+                f"{dataset.short_description(dataset.describe_space(space))}",
             )
-
-
-def _short(desc: dict[str, Any]) -> str:
-    """A space description without its bounds (which can hold a number per pixel)."""
-    return str({k: v for k, v in desc.items() if k not in ("low", "high")})

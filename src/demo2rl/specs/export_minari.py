@@ -13,13 +13,6 @@ UNFINGERPRINTED_IMPORTS = {
 }
 
 
-def dataset_id(experiment: str, variant: str) -> str:
-    """The Minari id of an experiment's dataset: ``demo2rl/<experiment>-v0`` (a variant's:
-    ``demo2rl/<experiment>-<variant>-v0``)."""
-    name = experiment if variant == names.BASE_VARIANT else f"{experiment}-{variant}"
-    return f"demo2rl/{name}-v0"
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ExportJob:
     """A variant's dataset written as a Minari dataset with Minari's own API (rule
@@ -33,7 +26,7 @@ class ExportJob:
     STAGE: ClassVar[str] = "export"
     TASK_CODE: ClassVar[bool] = False
     dataset_id: str = result(
-        lambda v, wc: dataset_id(v.config["experiment"], names.variant_of(wc.root))
+        lambda v, wc: names.minari_dataset_id(v.config["experiment"], names.variant_of(wc.root))
     )
     demos: str = path()
     out: str = path(source="output")

@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from demo2rl import sources
 from demo2rl.spec_fields import path, result, speed
 from demo2rl.specs import common
 
@@ -21,8 +22,10 @@ class ImportJob:
         checked against the dataset's).
     :param valid_fraction: ``collect.valid_fraction``.
     :param seed: the workflow's base seed (the split of a dataset without one of its own).
-    :param data: the source's file or directory as the rule reads it (its changes rerun the
-        import).
+    :param data: the source's file, or a Minari dataset's directory, as the plan resolved it
+        (``minari:<id>`` in the local store of the planning machine).
+    :param files: the files the source holds: the rule's inputs, so that a change to any of
+        them reruns the import.
     :param out: the dataset.
     :param codec: HDF5 compression of image observations.
     """
@@ -33,7 +36,8 @@ class ImportJob:
     env: Mapping[str, Any] = result(lambda v, wc: v.env)
     valid_fraction: float = result(lambda v, wc: v.collect.valid_fraction)
     seed: int = common.seed()
-    data: str = path()
+    data: str = path(lambda v, wc: str(sources.resolve(v.collect.source).path), source="params")
+    files: list[str] = path()
     out: str = path(source="output")
     codec: str = speed(lambda v, wc: v.collect.codec)
 

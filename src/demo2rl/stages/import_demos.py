@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from demo2rl import collect, dataset, minari_io, sources, tasks
+from demo2rl import collect, dataset, minari_io, tasks
 from demo2rl.specs.import_demos import ImportJob
 
 if TYPE_CHECKING:
@@ -21,8 +22,7 @@ def import_demos(job: ImportJob, run: Run) -> None:
     naming the episode and the field, and leave no file."""
     env = job.env
     obs_space, act_space = tasks.spaces(env["env_id"], env["env_kwargs"], env["frame_stack"])
-    src = sources.resolve(job.source)
-    if src.kind == "hdf5":
+    if not Path(job.data).is_dir():  # a demo2rl file (else a Minari dataset's directory)
         digest = minari_io.import_hdf5(
             job.data, job.out, valid_fraction=job.valid_fraction, codec=job.codec
         )

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from demo2rl import dataset
+from demo2rl import dagger, dataset
 from demo2rl.specs.train_dagger import DaggerBCJob
 from demo2rl.stages.train_bc import train_clone
 
@@ -24,25 +22,6 @@ def train_dagger(job: DaggerBCJob, run: Run) -> dict[str, Any]:
     digest = dataset.verify(job.data)
     demos_hash = dataset.verify(job.demos)
     run.log_dataset(job.data, digest, context="training")
-    calls = expert_calls(job.data, job.demos, job.round)
+    calls = dagger.expert_calls(job.data, job.demos, job.round)
     meta = {"dataset_hash": digest, "demos_hash": demos_hash, "dagger_round": job.round}
     return train_clone(job, run, data=job.data, meta=meta, extra=calls)
-
-
-def expert_calls(aggregate: str, demos: str, round: int) -> dict[str, int]:
-    """The steps the expert labelled: in round ``round`` (``expert_calls``), in rounds 1 to
-    ``round`` (``expert_calls_total``), and the dataset's own steps (``demo_steps``: each an
-    expert call, where the expert collected it). Every round has the same number of episodes,
-    numbered after the dataset's and the earlier rounds' (:mod:`demo2rl.dagger`)."""
-    episodes = dataset.read_tables(aggregate).episodes
-    n_demos = int(dataset.read_attrs(demos)["n_episodes"])
-    index, length = episodes["index"], episodes["length"]
-    labelled = index >= n_demos
-    per_round = int(np.count_nonzero(labelled)) // round
-    this = index >= n_demos + (round - 1) * per_round
-    return {
-        "expert_calls": int(length[this].sum()),
-        "expert_calls_total": int(length[labelled].sum()),
-        "demo_steps": int(length[~labelled].sum()),
-        "dagger_episodes": int(np.count_nonzero(this)),
-    }

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,7 +23,7 @@ def train_rl(job: RLJob, run: Run) -> rl.RLResult:
         run.set_tags({"demo2rl.bc_checkpoint": str(Path(job.clone).resolve())})
     result = rl.train_rl(
         job,
-        key=run_key(job, digest, _file_digest(job.clone) if job.clone else None),
+        key=run_key(job, digest, checkpoints.file_digest(job.clone) if job.clone else None),
         log_metrics=lambda metrics, step: run.log_metrics(metrics, step=step),
     )
     assert job.policy_out and job.progress_out and job.evaluations_out
@@ -72,7 +71,3 @@ def run_key(job: RLJob, demos_digest: str, clone_digest: str | None) -> dict[str
             ),
         }
     )
-
-
-def _file_digest(path: str) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()

@@ -267,15 +267,17 @@ class Plan:
         count the round's episodes continue from; the data the round's aggregate extends (the
         dataset, or the last round's aggregate) and the round's shards; the aggregate its clone
         trains on."""
-        previous = ("clone",) if round == 1 else ("round", str(round - 1))
-        demos = self.output(variant, ("demos",))
-        here = self.dagger_dir(variant, round)
+        reads = self.inputs(variant, ("round", str(round)))  # the last clone, the dataset
+        demos, here = reads["demos"], self.dagger_dir(variant, round)
         if rule == "dagger_shard":
-            return {"clone": self.output(variant, previous), "demos": demos}
+            return {"clone": reads["previous"], "demos": demos}
         if rule == "aggregate_dagger":
             data = demos if round == 1 else f"{self.dagger_dir(variant, round - 1)}/demos.h5"
-            n = variant.dagger.n_shards
-            shards = [f"{here}/shard-{i}.h5" for i in range(n)]
+            root = self.owner_root(variant, ("round", str(round)))
+            shards = [
+                f"{root}/{names.DAGGER_SHARD.format(round=round, shard=i)}"
+                for i in range(variant.dagger.n_shards)
+            ]
             return {"data": data, "shards": shards}
         if rule == "train_dagger":
             return {"data": f"{here}/demos.h5", "demos": demos}
@@ -375,10 +377,11 @@ class Plan:
         return targets
 
     @staticmethod
-    def import_data(variant: Variant) -> str:
-        """What ``variant``'s import reads: the dataset ``collect.source`` names (its file, or a
-        Minari dataset's directory)."""
-        return str(sources.resolve(variant.collect.source).path)
+    def import_files(variant: Variant) -> list[str]:
+        """What ``variant``'s import reads, file by file: the dataset ``collect.source`` names
+        (its file, or every file of a Minari dataset's directory), so that a change to any of
+        them reruns the import (a directory's own time does not change with its files')."""
+        return [str(p) for p in sources.files(sources.resolve(variant.collect.source))]
 
     def roots(self, imported: bool) -> str:
         """A ``root`` wildcard constraint: the results directories of the variants whose
