@@ -139,18 +139,15 @@ def test_raising_the_rounds_plans_only_the_new_round_and_what_starts_from_it(dag
 
 
 def test_a_round_killed_while_it_writes_resumes_to_the_same_clone(dagger_run, tmp_path):
-    """SIGKILL the workflow while round 2's aggregate is written, then while its clone is:
-    each time the half-written file is left under a temporary name and the output is missing;
-    going on with `--rerun-incomplete` gives the uninterrupted run's aggregate and clone, bit
-    for bit, and removes the temporary files."""
+    """SIGKILL the workflow while round 2's clone is written: the half-written file is left
+    under a temporary name and the output is missing; going on with `--rerun-incomplete` gives
+    the uninterrupted run's clone, bit for bit, and removes the temporary files. (The
+    aggregate is written by the merge, whose kill test_faults has.)"""
     workdir = copy_run(dagger_run, tmp_path / "run")
     config = dagger_config(workdir, 2)
     here = round_dir(workdir, 2)
     target = str((here / "policy.pt").relative_to(workdir))
-    for outputs, rule in (
-        (["demos.h5"], "aggregate_dagger"),
-        (["policy.pt", "metrics.json"], "train_dagger"),
-    ):
+    for outputs, rule in ((["policy.pt", "metrics.json"], "train_dagger"),):
         paths = [str((here / o).relative_to(workdir)) for o in outputs]
         killed = kill_while_writing(
             workdir, config, paths, rule, target, "--forcerun", paths[0], "--rerun-incomplete"
