@@ -20,7 +20,7 @@ from test_faults import WRITTEN, kill_while_writing, temp_files, unlock
 
 from demo2rl import dataset, names, tasks
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("dagger-workflow")]
 
 EXPERIMENT = "test-dagger"
 DEMO_EPISODES = 4

@@ -19,7 +19,7 @@ from test_minari_io import make_minari
 
 from demo2rl import dataset, names, rollout, tasks
 
-pytestmark = [pytest.mark.integration]
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("import-workflow")]
 
 EXPERIMENT = "test-import"
 RACING = {"env_id": "Racing-v0", "env_kwargs": {"max_steps": 150}}
