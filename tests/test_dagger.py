@@ -237,16 +237,21 @@ def relabel(clone: Path, episodes: range, n_envs: int = 2, **options) -> dataset
     )
 
 
-def test_a_round_shard_merges_after_the_demonstrations(tmp_path):
-    demo = collect.collect_shard(
+def demonstrations(n: int) -> dataset.Demos:
+    """``n`` of the expert's demonstrations of the test task, under the rounds' base seed."""
+    return collect.collect_shard(
         env_id=ENV_ID,
         env_kwargs={},
         expert_entry_point=EXPERT,
         expert_kwargs={},
         base_seed=5,
-        episodes=range(4),
+        episodes=range(n),
         n_envs=2,
     )
+
+
+def test_a_round_shard_merges_after_the_demonstrations(tmp_path):
+    demo = demonstrations(4)
     digest = dataset.write(tmp_path / "demos.h5", demo)
     clone = save_clone(tmp_path / "clone.pt", digest)
     shard = relabel(clone, range(3), demos=tmp_path / "demos.h5")
@@ -284,16 +289,7 @@ def test_a_rounds_data_does_not_depend_on_its_sharding_or_batch(tmp_path):
 
 
 def test_a_round_refuses_a_learner_of_other_demonstrations(tmp_path):
-    demo = collect.collect_shard(
-        env_id=ENV_ID,
-        env_kwargs={},
-        expert_entry_point=EXPERT,
-        expert_kwargs={},
-        base_seed=5,
-        episodes=range(1),
-        n_envs=1,
-    )
-    dataset.write(tmp_path / "demos.h5", demo)
+    dataset.write(tmp_path / "demos.h5", demonstrations(1))
     clone = save_clone(tmp_path / "clone.pt", "0" * 64)
     with pytest.raises(checkpoints.CheckpointError, match="trained on the dataset with content"):
         relabel(clone, range(1), demos=tmp_path / "demos.h5")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -49,16 +49,8 @@ def collect_shard(
     (:func:`demo2rl.rollout.run_episodes`)."""
     expert = tasks.load_expert(expert_entry_point, expert_kwargs)
     episode_seeds = [seeds.demo_seed(base_seed, e) for e in episodes]
-    start = last = time.perf_counter()
-
-    def progress(done: int, total: int) -> None:
-        nonlocal last
-        now = time.perf_counter()
-        if now - last >= progress_every_s or done == total:
-            last = now
-            log.info(
-                "episodes %d/%d (%.0f%%), %.1f s", done, total, 100 * done / total, now - start
-            )
+    start = time.perf_counter()
+    progress = progress_log(start, progress_every_s)
 
     steps, table, info = rollout.run_episodes(
         env_id,
@@ -92,6 +84,24 @@ def collect_shard(
     attrs["frame_stack"] = frame_stack  # (the stacked observation space is in the content hash)
     attrs["collect_seconds"] = time.perf_counter() - start
     return dataset.Demos(steps, table, info, attrs)
+
+
+def progress_log(start: float, every_s: float) -> Callable[[int, int], None]:
+    """``on_progress(done, total)`` of a rollout (:func:`demo2rl.rollout.run_episodes`) that
+    logs the episodes done every ``every_s`` seconds and at the end, timed from ``start``
+    (``time.perf_counter``)."""
+    last = start
+
+    def progress(done: int, total: int) -> None:
+        nonlocal last
+        now = time.perf_counter()
+        if now - last >= every_s or done == total:
+            last = now
+            log.info(
+                "episodes %d/%d (%.0f%%), %.1f s", done, total, 100 * done / total, now - start
+            )
+
+    return progress
 
 
 def expert_record(entry_point: str, kwargs: Mapping[str, Any], expert_input: str) -> dict:

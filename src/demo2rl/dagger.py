@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import numpy as np
@@ -114,7 +114,7 @@ def relabel_shard(
             actor,
             episode_seeds,
             n_envs=n_envs,
-            on_progress=_progress_log(start, progress_every_s),
+            on_progress=collect.progress_log(start, progress_every_s),
             episode_ids=[first_index + e for e in episodes],  # the aggregate's numbers
             frame_stack=task.frame_stack,
             max_episode_steps=task.max_episode_steps,
@@ -150,23 +150,6 @@ def relabel_shard(
         "expert_steps": expert_steps,
     }
     return dataset.Demos(steps, table, info, attrs)
-
-
-def _progress_log(start: float, every_s: float) -> Callable[[int, int], None]:
-    """``on_progress(done, total)`` that logs the episodes done every ``every_s`` seconds and
-    at the end (as the expert's collection does)."""
-    last = start
-
-    def progress(done: int, total: int) -> None:
-        nonlocal last
-        now = time.perf_counter()
-        if now - last >= every_s or done == total:
-            last = now
-            log.info(
-                "episodes %d/%d (%.0f%%), %.1f s", done, total, 100 * done / total, now - start
-            )
-
-    return progress
 
 
 @contextmanager

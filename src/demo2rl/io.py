@@ -264,11 +264,13 @@ class DeferredFile:
 def _remove_orphans(final: Path) -> None:
     for tmp in final.parent.glob(f".{final.name}.tmp-*"):
         pid = tmp.name.rpartition("-")[2]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not process_alive(int(pid)):
             tmp.unlink(missing_ok=True)
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one of another user's counts): an unfinished file or
+    directory whose writer is gone can be removed."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

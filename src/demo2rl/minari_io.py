@@ -87,7 +87,7 @@ from minari.namespace import create_namespace, list_local_namespaces
 from minari.serialization import deserialize_space
 from minari.storage import get_dataset_path
 
-from demo2rl import dataset, provenance, tasks
+from demo2rl import dataset, io, provenance, tasks
 from demo2rl.dataset import DatasetError
 from demo2rl.observations import image_column
 
@@ -728,15 +728,5 @@ def _remove_orphan_stores(out_dir: Path) -> None:
     """The hidden stores of exports killed outright (their process is gone)."""
     for tmp in out_dir.glob(f"{_TMP_STORE}*"):
         pid = tmp.name.removeprefix(_TMP_STORE)
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not io.process_alive(int(pid)):
             shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
