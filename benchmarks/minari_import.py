@@ -4,13 +4,17 @@ A dataset of ``--episodes`` Racing-v0 episodes (the default vector observations;
 the 48x48 camera of ``config/pixels.yaml``, its expert reading ``info.state``) is collected
 with demo2rl's own collection (one shard, merged: ``collect.collect_shard``,
 ``dataset.merge_files``) and exported with ``minari_io.export_minari``. The Minari file is read
-once (into the page cache), then each arm runs once, in a fresh subprocess:
+once (into the page cache), then each arm runs in a fresh subprocess:
 
 (a) load: ``minari.load_dataset`` and every episode's arrays (``iterate_episodes``);
 (b) import: ``minari_io.import_minari`` of it (valid_fraction 0.1, ``--codec``, by default gzip:
-    the import stage's call).
+    the import stage's call);
+(c) the same import with its value checks off (``dataset.SpaceValues.fault`` answering None):
+    (b) and (c) alternate ``--repeats`` times, and each (b) also times its checks alone.
 
-Figures: ``import_vs_load`` = steps/s of (b) / steps/s of (a) (target >= 0.8); the import's
+Figures: ``import_vs_load`` = steps/s of (b) / steps/s of (a) (target >= 0.8); the cost of the
+value checks, as the median time of (b) over (c), and as the checks' own seconds over (b)'s
+(target: within a few per cent); the import's
 peak RSS over its RSS when it starts (after its imports: ``/proc/self/status`` VmHWM - VmRSS),
 overall and up to the end of the episodes' stream (read when the statistics begin), beside the
 largest episode's bytes (target: about one episode plus a block of rows) and the observation
@@ -67,6 +71,18 @@ else:
         return statistics(*args)
 
     dataset._file_statistics = stream_ends
+    fault = dataset.SpaceValues.fault
+    a["check_seconds"] = 0.0
+
+    def timed_fault(self, rows):  # the value checks' own time
+        begin = time.perf_counter()
+        try:
+            return fault(self, rows)
+        finally:
+            a["check_seconds"] += time.perf_counter() - begin
+
+    unchecked = a["arm"] == "unchecked"
+    dataset.SpaceValues.fault = (lambda self, rows: None) if unchecked else timed_fault
     minari_io.import_minari(
         "minari:" + a["dataset_id"], a["out"], env_id=a["env_id"], env_kwargs=a["env_kwargs"],
         base_seed=0, valid_fraction=0.1, codec=a["codec"],
@@ -74,7 +90,8 @@ else:
     steps = None
 seconds = time.perf_counter() - start
 print(json.dumps({"seconds": seconds, "steps": steps, "start_rss": start_rss,
-                  "peak_rss": status("VmHWM"), "stream_peak_rss": a.get("stream_peak_rss")}))
+                  "peak_rss": status("VmHWM"), "stream_peak_rss": a.get("stream_peak_rss"),
+                  "check_seconds": a.get("check_seconds")}))
 """
 
 
@@ -127,6 +144,7 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=200)
     parser.add_argument("--camera", action="store_true", help="48x48 camera observations")
     parser.add_argument("--codec", default="gzip", choices=dataset.CODECS, help="of the import")
+    parser.add_argument("--repeats", type=int, default=5, help="of the imports, checked or not")
     args = parser.parse_args()
     env_kwargs = CAMERA if args.camera else {}
     expert_input = "info.state" if args.camera else "observation"
@@ -137,7 +155,11 @@ def main() -> None:
         for file in (path / "data").iterdir():  # both arms find the file in the page cache
             file.read_bytes()
         load = run_child("load", tmp, env_kwargs, args.codec)
-        imported = run_child("import", tmp, env_kwargs, args.codec)
+        runs: dict[str, list[dict[str, Any]]] = {"import": [], "unchecked": []}
+        for _ in range(args.repeats):  # alternating, so that a slow spell hits both
+            for arm, arm_runs in runs.items():
+                arm_runs.append(run_child(arm, tmp, env_kwargs, args.codec))
+        imported = runs["import"][0]
         demos = dataset.read_tables(tmp / "demos.h5")
         assert dataset.verify(tmp / "imported.h5") == demos.attrs["content_hash"]
         with_attrs = dataset.read_attrs(tmp / "demos.h5")
@@ -151,6 +173,8 @@ def main() -> None:
         demos_bytes = (tmp / "imported.h5").stat().st_size
 
     n_steps = demos.n_steps
+    seconds = {arm: float(np.median([r["seconds"] for r in rs])) for arm, rs in runs.items()}
+    check_share = float(np.median([r["check_seconds"] / r["seconds"] for r in runs["import"]]))
     load_speed = n_steps / load["seconds"]
     import_speed = n_steps / imported["seconds"]
     growth = imported["peak_rss"] - imported["start_rss"]
@@ -160,6 +184,11 @@ def main() -> None:
         "minari_import" + ("_camera" if args.camera else "") + f"_{args.codec}",
         {
             "import_vs_load": import_speed / load_speed,
+            "checked_vs_unchecked_seconds": seconds["import"] / seconds["unchecked"],
+            "check_share_of_import": check_share,
+            "import_median_seconds": seconds["import"],
+            "unchecked_median_seconds": seconds["unchecked"],
+            "repeats": args.repeats,
             "load_steps_per_s": load_speed,
             "import_steps_per_s": import_speed,
             "load_seconds": load["seconds"],

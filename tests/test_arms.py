@@ -9,6 +9,7 @@ import logging
 from pathlib import Path
 
 import configs
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -204,16 +205,35 @@ def test_all_leaves_out_an_arm_the_task_cannot_use_and_a_named_one_is_an_error(t
     assert found.arms == tuple(a for a in arms.BUILTIN if not arms.get(a).off_policy)
     assert "leaves out the toy arm: it supports Box actions" in caplog.text
     for name in ("rlpd", "sac"):
-        assert f"leaves out the {name} arm: it supports Box actions" in caplog.text
+        assert f"leaves out the {name} arm: it supports bounded Box actions" in caplog.text
     cfg["rl"]["arms"] = ["toy", "scratch"]
     with pytest.raises(config.ConfigError, match=r"'rl.arms': the toy arm supports Box"):
         probe.probe_task(cfg)
     cfg["rl"]["arms"] = ["sac", "scratch"]
-    with pytest.raises(config.ConfigError, match=r"'rl.arms': the sac arm supports Box"):
+    with pytest.raises(config.ConfigError, match=r"'rl.arms': the sac arm supports bounded Box"):
         probe.probe_task(cfg)
     cfg["rl"]["arms"] = ["td3"]
     with pytest.raises(config.ConfigError, match=r"unknown arm 'td3'"):
         probe.probe_task(cfg)
+
+
+def test_an_unbounded_box_is_refused_to_the_off_policy_arms_saying_bounded_box(caplog):
+    """SAC's squashed actions need a Box bounded on every side: the message says so (an
+    unbounded Box is a Box, so "supports Box actions" would contradict itself)."""
+    unbounded = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+    half = gym.spaces.Box(np.float32([-1, -np.inf]), np.float32([1, 1]), dtype=np.float32)
+    for space in (unbounded, half):
+        for name in ("rlpd", "sac"):
+            with pytest.raises(
+                config.ConfigError,
+                match=rf"the {name} arm supports bounded Box actions; 'Free-v0' has Box\(",
+            ):
+                probe.resolve_arms([name, "scratch"], space, "Free-v0")
+    assert probe.resolve_arms(["bc", "scratch"], unbounded, "Free-v0") == ("bc", "scratch")
+    with caplog.at_level(logging.WARNING, logger="demo2rl.probe"):
+        chosen = probe.resolve_arms(probe.ALL_ARMS, unbounded, "Free-v0")
+    assert "rlpd" not in chosen and "sac" not in chosen and "scratch" in chosen
+    assert "leaves out the rlpd arm: it supports bounded Box actions" in caplog.text
 
 
 # --------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import dataclasses
 import logging
 import math
 import re
+from pathlib import Path
 
 import configs
 import gymnasium as gym
@@ -216,6 +217,92 @@ def test_dataset_errors_name_the_file_and_the_problem(racing_demos, racing_file,
         )
     with pytest.raises(dataset.DatasetError, match="missing.h5: no such dataset file"):
         bc.train_bc(tmp_path / "missing.h5", policy_cfg=POLICY_CFG, bc_cfg=FAST, seed=0, threads=1)
+
+
+REFUSED = "BC does not train on such data (demo2rl's import refuses it)"
+
+
+@pytest.mark.parametrize("memory_fraction", [FAST.memory_fraction, 1e-12], ids=["memory", "stream"])
+def test_a_nan_observation_fails_naming_the_file_the_field_and_the_row(
+    tmp_path, memory_fraction, caplog
+):
+    """NaN in the training split's observations (statistics recorded before it, so finite)
+    fails before any epoch, naming the dataset, the field and the step row, not the learning
+    rate; in memory and streamed (the row lies in the first block)."""
+    demos = _linear_demos(n_episodes=10, length=20)
+    demos.stats = dataset.statistics(demos, demos.split["train"])
+    episode = int(demos.split["train"][1])
+    demos.steps["observations"][episode * 20 + 7, 1] = np.nan
+    path = tmp_path / "nan.h5"
+    with caplog.at_level(logging.INFO, logger="demo2rl.bc"):
+        message = _refused(path, demos, memory_fraction)
+    assert ("streaming" in caplog.text) == (memory_fraction == 1e-12)
+    where = f"step row {episode * 20 + 7} (episode {episode}, its step 7, training split)"
+    assert message == (
+        f"{path}: its observations are not finite: {where} holds nan at element 1; {REFUSED}"
+    )
+    demos.stats = None  # no statistics: normalised with NaN, every row would look at fault
+    assert _refused(None, demos) == (
+        f"<in-memory dataset>: its observations are not finite: {where} holds nan at element 1; "
+        f"{REFUSED}"
+    )
+
+
+def test_an_inf_action_fails_naming_the_file_the_field_and_the_row(tmp_path):
+    demos = _linear_demos(n_episodes=10, length=20)
+    demos.stats = dataset.statistics(demos, demos.split["train"])
+    episode = int(demos.split["valid"][0])
+    demos.steps["actions"][episode * 20 + 19, 1] = -np.inf
+    path = tmp_path / "inf.h5"
+    assert _refused(path, demos) == (
+        f"{path}: its actions are not finite: step row {episode * 20 + 19} (episode {episode}, "
+        f"its step 19, validation split) holds -inf at element 1; {REFUSED}"
+    )
+
+
+def test_statistics_that_are_not_finite_fail_naming_the_file_and_the_key(tmp_path):
+    """A NaN observation in the training split makes the statistics computed over it NaN (as
+    the merge computes them): the statistics are named first; an inf in any key is too."""
+    demos = _linear_demos(n_episodes=10, length=20)
+    demos.steps["observations"][20 * int(demos.split["train"][0]) + 3, 2] = np.nan
+    demos.stats = dataset.statistics(demos, demos.split["train"])
+    path = tmp_path / "nan-stats.h5"
+    assert _refused(path, demos) == (
+        f"{path}: its statistics are not finite: obs_mean holds nan at element 2 (NaN or inf "
+        f"in the training split's observations); {REFUSED}"
+    )
+    clean = _linear_demos(n_episodes=10, length=20)
+    clean.stats = dataset.statistics(clean, clean.split["train"])
+    clean.stats["act_std"][1] = np.inf
+    path = tmp_path / "inf-stats.h5"
+    assert _refused(path, clean) == (
+        f"{path}: its statistics are not finite: act_std holds inf at element 1 (NaN or inf "
+        f"in the training split's actions); {REFUSED}"
+    )
+
+
+def _refused(
+    path: Path | None, demos: dataset.Demos, memory_fraction: float = FAST.memory_fraction
+) -> str:
+    """The message of the DatasetError train_bc raises on ``demos`` (written to ``path``, a
+    valid file with its content hash; None: in memory), once checked that no epoch ran and
+    that the learning rate is not blamed."""
+    if path is not None:
+        dataset.write(path, demos)
+    cfg = dataclasses.replace(FAST, memory_fraction=memory_fraction)
+    records: list[dict[str, float]] = []
+    with pytest.raises(dataset.DatasetError) as refused:
+        bc.train_bc(
+            demos if path is None else path,
+            policy_cfg=POLICY_CFG,
+            bc_cfg=cfg,
+            seed=0,
+            threads=1,
+            on_epoch=records.append,
+        )
+    assert records == [], "an epoch ran"
+    assert "learning_rate" not in str(refused.value)
+    return str(refused.value)
 
 
 def _linear_expert(obs: np.ndarray) -> np.ndarray:

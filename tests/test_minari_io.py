@@ -4,7 +4,9 @@ memory. Every Minari dataset here is made by the test with Minari's own API."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import tracemalloc
 import warnings
 from pathlib import Path
@@ -17,6 +19,7 @@ import numpy as np
 import pytest
 from minari.data_collector import EpisodeBuffer
 from test_collect import EXPERT, RACING
+from test_dataset import make_demos
 from test_dataset_images import make_image_demos
 
 from demo2rl import collect, dataset, minari_io
@@ -195,6 +198,39 @@ def test_an_image_dataset_imports_exactly_and_compressed(store, tmp_path):
         assert f["steps/observations"].chunks[1:] == IMAGE.shape
 
 
+def test_a_jpeg_image_dataset_imports_as_minari_decodes_it(store, tmp_path):
+    """Minari stores image observations as JPEG by default (lossy): the import holds the frames
+    Minari's reader decodes, not the ones recorded."""
+    episodes = toy_episodes(3, IMAGE)
+    for ep in episodes:  # smooth frames, which JPEG keeps close to, not noise
+        ramp = np.linspace(0, 200, IMAGE.shape[0], dtype=np.float32)[:, None, None]
+        steps = np.arange(len(ep["observations"]), dtype=np.float32)[:, None, None, None]
+        ep["observations"] = (ramp + steps + np.zeros(IMAGE.shape)).astype(np.uint8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        minari.create_dataset_from_buffers(
+            "jpeg-v0",
+            [EpisodeBuffer(**{k: ep[k] for k in ep}) for ep in episodes],
+            observation_space=IMAGE,
+            action_space=ACT,
+        )  # (jpeg_encoding: Minari's default, True)
+    decoded = list(minari.load_dataset("jpeg-v0").iterate_episodes())
+    assert minari.load_dataset("jpeg-v0").storage.jpeg_encoding
+    out = tmp_path / "demos.h5"
+    import_toy("minari:jpeg-v0", out)
+    demos = dataset.read(out, verify=True)
+    assert_equals_episodes(
+        demos,
+        [ep | {"observations": d.observations} for ep, d in zip(episodes, decoded, strict=True)],
+    )
+    recorded = np.concatenate([ep["observations"][:-1] for ep in episodes])
+    assert not np.array_equal(demos.steps["observations"], recorded)  # decoded, lossy
+    assert np.abs(demos.steps["observations"].astype(int) - recorded).mean() < 3
+    with h5py.File(out) as f:  # frames as collected frames are stored
+        assert f["steps/observations"].dtype == np.uint8
+        assert f["steps/observations"].compression == dataset.DEFAULT_CODEC
+
+
 def test_a_dataset_directory_is_the_one_holding_data(store, tmp_path):
     path = make_minari("toy-v0", toy_episodes(3), OBS, ACT)
     assert minari_io.resolve(path) == path == minari_io.resolve("minari:toy-v0")
@@ -220,38 +256,57 @@ def test_a_store_id_that_is_not_there_is_refused_naming_it_and_the_store(store, 
 
 
 def _bad_episode(kind: str) -> tuple[list[dict], str]:
-    """Toy episodes whose second (Minari id 1) is bad in one way, and the error it gets."""
+    """Toy episodes whose second (index 1, Minari id 1) is bad in one way, and the error it
+    gets (after ``episode 1 (Minari id 1)``)."""
     episodes = toy_episodes(3)
     ep = episodes[1]
     n = len(ep["rewards"])
+    for field in ("observations", "actions", "rewards"):
+        ep[field] = ep[field].copy()
     if kind == "cut off":
         ep["terminations"], ep["truncations"] = np.zeros(n, bool), np.zeros(n, bool)
-        return (
-            episodes,
-            rf"episode 1: neither terminated nor truncated at its last step \({n - 1}\)",
-        )
+        return episodes, rf": neither terminated nor truncated at its last step \({n - 1}\)"
     if kind == "ended early":
         ep["truncations"] = ep["truncations"] | (np.arange(n) == 1)
-        return episodes, r"episode 1: terminations or truncations at step 1, before its last"
+        return episodes, r": terminations or truncations at step 1, before its last"
     if kind == "observation dtype":
         ep["observations"] = ep["observations"].astype(np.float64)
-        return episodes, r"episode 1: observations dtype float64 vs float32 expected"
+        return episodes, r": observations dtype float64 vs float32 expected"
     if kind == "observation shape":
         ep["observations"] = ep["observations"][:, :3]
-        return episodes, r"episode 1: observations of shape \(3,\) vs \(4,\) expected"
+        return episodes, r": observations of shape \(3,\) vs \(4,\) expected"
     if kind == "action dtype":
         ep["actions"] = ep["actions"].astype(np.float64)
-        return episodes, r"episode 1: actions dtype float64 vs float32 expected"
+        return episodes, r": actions dtype float64 vs float32 expected"
     if kind == "observation rows":
         ep["observations"] = ep["observations"][:-1]
-        return episodes, rf"episode 1: {n} rows of observations, expected {n + 1}"
+        return episodes, rf": {n} rows of observations, expected {n + 1}"
     if kind == "action rows":
         ep["actions"] = ep["actions"][:-1]
-        return episodes, rf"episode 1: {n - 1} rows of actions, expected {n}"
-    if kind == "non-finite reward":
-        ep["rewards"] = ep["rewards"].copy()
+        return episodes, rf": {n - 1} rows of actions, expected {n}"
+    # a value the space does not hold (the issue's three: a NaN observation, an action of 7.0
+    # in Box(-1, 1), an infinite action), and the same for the others
+    if kind == "NaN observation":
+        ep["observations"][2, 1] = np.nan
+        return episodes, r", step 2: observation element 1 is nan \(not finite\)"
+    if kind == "NaN final observation":
+        ep["observations"][n, 3] = np.nan
+        return episodes, rf", step {n} \(the final observation\): observation element 3 is nan"
+    if kind == "action of 7":
+        ep["actions"][1, 0] = 7.0
+        return episodes, r", step 1: action element 0 is 7.0, above the space's high bound 1$"
+    if kind == "action below the bound":
+        ep["actions"][0, 1] = -1.5
+        return episodes, r", step 0: action element 1 is -1.5, below the space's low bound -1$"
+    if kind == "infinite action":
+        ep["actions"][2, 1] = -np.inf
+        return episodes, r", step 2: action element 1 is -inf \(not finite\)"
+    if kind == "NaN reward":
         ep["rewards"][2] = np.nan
-        return episodes, r"episode 1: rewards at step 2 is nan"
+        return episodes, r", step 2: reward is nan \(not finite\)"
+    if kind == "infinite reward":
+        ep["rewards"][0] = np.inf
+        return episodes, r", step 0: reward is inf \(not finite\)"
     raise AssertionError(kind)
 
 
@@ -265,17 +320,50 @@ def _bad_episode(kind: str) -> tuple[list[dict], str]:
         "action dtype",
         "observation rows",
         "action rows",
-        "non-finite reward",
+        "NaN observation",
+        "NaN final observation",
+        "action of 7",
+        "action below the bound",
+        "infinite action",
+        "NaN reward",
+        "infinite reward",
     ],
 )
 def test_a_bad_episode_is_refused_naming_it_and_the_field(store, tmp_path, kind):
     episodes, message = _bad_episode(kind)
     make_minari("bad-v0", episodes, OBS, ACT)
     out = tmp_path / "out" / "demos.h5"
-    with pytest.raises(dataset.DatasetError, match=message) as err:
+    with pytest.raises(dataset.DatasetError) as err:
         import_toy("minari:bad-v0", out)
-    assert str(err.value).startswith(f"minari:bad-v0 ({store / 'bad-v0'}): ")
+    assert str(err.value).startswith(f"minari:bad-v0 ({store / 'bad-v0'}): episode 1 (Minari id 1)")
+    assert re.search(r"episode 1 \(Minari id 1\)" + message, str(err.value)), str(err.value)
     assert not out.exists() and os.listdir(out.parent) == []  # no temporary file either
+
+
+def test_observations_outside_a_bounded_space_and_actions_outside_a_discrete_one(store, tmp_path):
+    bounded = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+    episodes = toy_episodes(3, bounded)
+    for ep in episodes:
+        ep["observations"] = np.clip(ep["observations"], -1, 1)
+    make_minari("clean-v0", episodes, bounded, ACT)
+    import_toy("minari:clean-v0", tmp_path / "clean.h5")  # within the bounds: imported
+    episodes[2]["observations"][5, 3] = 1.25
+    make_minari("outside-v0", episodes, bounded, ACT)
+    with pytest.raises(
+        dataset.DatasetError,
+        match=r"episode 2 \(Minari id 2\), step 5: observation element 3 is 1.25, above the "
+        r"space's high bound 1$",
+    ):
+        import_toy("minari:outside-v0", tmp_path / "outside.h5")
+    episodes = cart_pole_episodes(3)
+    episodes[1]["actions"][4] = 2  # CartPole's Discrete(2): 0 or 1
+    make_minari("cartpole/bad-v0", episodes, *_cart_pole_spaces())
+    with pytest.raises(
+        dataset.DatasetError,
+        match=r"episode 1 \(Minari id 1\), step 4: action is 2, above the space's high bound 1$",
+    ):
+        import_toy("minari:cartpole/bad-v0", tmp_path / "discrete.h5")
+    assert sorted(os.listdir(tmp_path)) == ["clean.h5", "store"]
 
 
 @pytest.mark.parametrize("kind", ["empty", "no rewards"])
@@ -295,7 +383,11 @@ def test_an_episode_minari_cannot_write_is_refused_too(store, tmp_path, kind):
         else:
             del group["rewards"]
     out = tmp_path / "demos.h5"
-    message = "episode 1: an empty episode" if kind == "empty" else "episode 1: .*'rewards'"
+    message = (
+        r"episode 1 \(Minari id 1\): an empty episode"
+        if kind == "empty"
+        else "episode 1: unreadable, a field missing.*'rewards'"
+    )
     with pytest.raises(dataset.DatasetError, match=message):
         import_toy("minari:bad-v0", out)
     assert not out.exists()
@@ -325,6 +417,129 @@ def test_spaces_other_than_the_tasks_are_refused_naming_both(store, tmp_path):
         dataset.DatasetError, match=r"observation_space Dict.* not one demo2rl stores"
     ):
         minari_io.describe("minari:dict-v0")
+
+
+def _edit_metadata(path: Path, **changes: Any) -> None:
+    """Change keys of a Minari dataset's data/metadata.json (None deletes one)."""
+    file = path / "data" / "metadata.json"
+    meta = json.loads(file.read_text())
+    for key, value in changes.items():
+        if value is None:
+            meta.pop(key)
+        else:
+            meta[key] = value(meta[key]) if callable(value) else value
+    file.write_text(json.dumps(meta))
+
+
+def _damage(path: Path, kind: str) -> str:
+    """Damage the toy dataset at ``path`` (3 episodes) in one way; the error it must get."""
+    main = path / "data" / "main_data.hdf5"
+    if kind == "metadata not JSON":
+        (path / "data" / "metadata.json").write_text("{not json")
+        return r"unreadable Minari metadata"
+    if kind == "spaces unreadable":
+        _edit_metadata(path, observation_space='{"type": "Mystery"}')
+        return r"its spaces cannot be read"
+    if kind == "no data file":
+        main.unlink()
+        return r"Minari cannot open it \(No data found"
+    if kind == "no episodes":
+        _edit_metadata(path, total_episodes=0)
+        return r"it holds no episodes$"
+    if kind == "fewer steps than said":
+        _edit_metadata(path, total_steps=lambda n: n + 5)
+        return r"its metadata says (\d+) steps, its episodes hold (\d+)$"
+    if kind == "more steps than said":
+        _edit_metadata(path, total_steps=lambda n: n - 1)
+        return r"episode 2 \(Minari id 2\): its episodes hold more steps than the metadata's"
+    if kind == "an episode missing":
+        with h5py.File(main, "r+") as f:
+            del f["episode_2"]
+        return r"episode metadata unreadable \(.*episode_2"
+    if kind == "rewards of another shape":
+        with h5py.File(main, "r+") as f:
+            rewards = f["episode_1/rewards"][()]
+            del f["episode_1/rewards"]
+            f["episode_1/rewards"] = rewards[:, None]
+        return rf"episode 1 \(Minari id 1\): rewards are float64 \({len(rewards)}, 1\), not numbers"
+    if kind == "terminations not flags":
+        with h5py.File(main, "r+") as f:
+            flags = f["episode_0/terminations"][()]
+            del f["episode_0/terminations"]
+            f["episode_0/terminations"] = flags.astype(np.float64)
+        return (
+            rf"episode 0 \(Minari id 0\): terminations are float64 \({len(flags)},\), expected bool"
+        )
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "metadata not JSON",
+        "spaces unreadable",
+        "no data file",
+        "no episodes",
+        "fewer steps than said",
+        "more steps than said",
+        "an episode missing",
+        "rewards of another shape",
+        "terminations not flags",
+    ],
+)
+def test_a_damaged_minari_dataset_is_refused_naming_what(store, tmp_path, kind):
+    path = make_minari("damaged-v0", toy_episodes(3), OBS, ACT)
+    message = _damage(path, kind)
+    out = tmp_path / "out" / "demos.h5"
+    out.parent.mkdir()
+    with pytest.raises(dataset.DatasetError, match=message) as err:
+        import_toy("minari:damaged-v0", out)
+    assert str(err.value).startswith(("minari:damaged-v0", str(path)))
+    if kind == "fewer steps than said":
+        said, held = re.search(message, str(err.value)).groups()
+        assert int(said) == int(held) + 5
+    assert os.listdir(out.parent) == []
+
+
+def test_an_env_spec_that_is_not_json_is_refused_naming_the_dataset(store):
+    path = make_minari("spec-v0", toy_episodes(2), OBS, ACT)
+    _edit_metadata(path, env_spec="{not json")
+    with pytest.raises(dataset.DatasetError, match=r"spec-v0: its env spec is not JSON"):
+        minari_io.describe("minari:spec-v0")
+    _edit_metadata(path, env_spec=None)
+    assert minari_io.describe("minari:spec-v0").env_id is None
+
+
+def _damage_record(record: dict[str, Any], kind: str) -> str:
+    """Change an export's demo2rl record in one way; the error it must get."""
+    if kind == "format version":
+        record["format_version"] = 99
+        return r"exported as demo2rl-demos version 99; this demo2rl reads demo2rl-demos version 1"
+    if kind == "spaces":
+        record["attrs"]["action_space"]["high"] = [2.0, 2.0]
+        return r"action_space high \[2.0, 2.0\] vs \[1.0, 1.0\] \(its demo2rl record vs Minari's\)"
+    if kind == "columns":
+        record["episodes"]["index"]["values"].pop()
+        return r"its demo2rl record has 4 index values for 5 episodes"
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("kind", ["format version", "spaces", "columns", "env id"])
+def test_an_export_whose_record_disagrees_is_refused_naming_it(tmp_path, monkeypatch, kind):
+    dataset.write(tmp_path / "demos.h5", make_demos(5))
+    path = minari_io.export_minari(tmp_path / "demos.h5", tmp_path / "minari", "exp-v0")
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    env_id = "Toy-v0"
+    if kind == "env id":
+        env_id, message = "Other-v0", r"exported from env 'Toy-v0', the task's is 'Other-v0'"
+    else:
+        record = json.loads((path / "data" / "metadata.json").read_text())["demo2rl"]
+        message = _damage_record(record, kind)
+        _edit_metadata(path, demo2rl=record)
+    out = tmp_path / "back.h5"
+    with pytest.raises(dataset.DatasetError, match=message):
+        import_toy("minari:exp-v0", out, env_id=env_id, env_kwargs={"k": 1})
+    assert not out.exists()
 
 
 # --------------------------------------------------------------------------------------------
@@ -501,6 +716,40 @@ def test_a_demo2rl_file_is_reimported_with_its_hash_checked(tmp_path):
     with pytest.raises(dataset.DatasetError, match=r"demos.h5: content hash mismatch"):
         minari_io.import_hdf5(tmp_path / "demos.h5", tmp_path / "x.h5", valid_fraction=0.2)
     assert not (tmp_path / "x.h5").exists()
+
+
+@pytest.mark.parametrize(
+    "kind",
+    ["NaN observation", "NaN final observation", "action of 7", "infinite action", "NaN reward"],
+)
+def test_a_demo2rl_file_holding_a_value_its_space_does_not_is_refused(tmp_path, kind):
+    """The same checks as a Minari dataset's, on a file whose content hash is right: written
+    with the bad value by :func:`dataset.write`, only the value check can tell."""
+    demos = make_demos(5)
+    e, step = 2, 1
+    row, n = demos.episodes["start"][e] + step, demos.episodes["length"][e]
+    if kind == "NaN observation":
+        demos.steps["observations"][row, 2] = np.nan
+        message = r"step 1: observation element 2 is nan \(not finite\)"
+    elif kind == "NaN final observation":
+        demos.episodes["final_observation"][e, 0] = np.nan
+        message = rf"step {n} \(the final observation\): observation element 0 is nan"
+    elif kind == "action of 7":
+        demos.steps["actions"][row, 1] = 7.0
+        message = r"step 1: action element 1 is 7.0, above the space's high bound 1$"
+    elif kind == "infinite action":
+        demos.steps["actions"][row, 0] = np.inf
+        message = r"step 1: action element 0 is inf \(not finite\)"
+    else:
+        demos.steps["rewards"][row] = np.nan
+        message = r"step 1: reward is nan \(not finite\)"
+    dataset.write(tmp_path / "demos.h5", demos)
+    out = tmp_path / "out" / "demos.h5"
+    out.parent.mkdir()
+    with pytest.raises(dataset.DatasetError, match=message) as err:
+        minari_io.import_hdf5(tmp_path / "demos.h5", out, valid_fraction=0.2)
+    assert str(err.value).startswith(f"{tmp_path / 'demos.h5'}: episode 2 (index 2), step")
+    assert os.listdir(out.parent) == []
 
 
 # --------------------------------------------------------------------------------------------

@@ -116,6 +116,15 @@ class Arm:
         """The policy group its runs are compared as (``rl_<name>``)."""
         return rl_group(self.name)
 
+    @property
+    def supported_actions(self) -> str:
+        """The action spaces it supports, in words (``"bounded Box"`` for an off-policy arm's
+        Box: its squashed actions need bounds on every side)."""
+        return " or ".join(
+            f"bounded {name}" if self.off_policy and name == "Box" else name
+            for name in self.action_spaces
+        )
+
     def supports(self, action_space: Any) -> bool:
         """Whether a run of this arm can act in ``action_space`` (a gymnasium space); an
         off-policy arm's squashed actions need a Box bounded on every side."""

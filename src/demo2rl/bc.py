@@ -9,7 +9,9 @@ Everything that decides the result is in this file; how batches are served is
   head keeps its initialisation for PPO to fit.
 * **Data**: the training split normalised once and held in memory as tensors, one shuffle per
   epoch from a seeded generator (or, when it does not fit in ``memory_fraction`` of the RAM,
-  shuffled HDF5 blocks streamed; the log says so): :mod:`demo2rl.bc_data`.
+  shuffled HDF5 blocks streamed; the log says so): :mod:`demo2rl.bc_data`. NaN or inf in the
+  dataset's statistics or data fails before any epoch, naming the dataset and the field
+  (:func:`demo2rl.bc_data.check_finite`), not as a divergence blamed on the learning rate.
 * **Validation and stopping**: NLL on the dataset's episode-level validation split after every
   epoch; training stops after ``patience`` epochs without improvement (or ``max_epochs``) and the
   best weights are returned.
@@ -121,7 +123,8 @@ def train_bc(
 
     ``on_epoch`` receives each epoch's record (as appended to ``history``). Passing the task's
     ``env_id`` and/or spaces checks the dataset against them first
-    (:func:`demo2rl.dataset.check_dataset`).
+    (:func:`demo2rl.dataset.check_dataset`). NaN or inf in the dataset's statistics or data
+    raises :class:`demo2rl.dataset.DatasetError` before any epoch.
     """
     device = resolve_device(bc_cfg.device)
     previous_threads = torch.get_num_threads()
@@ -147,7 +150,8 @@ def _train(
     on_epoch: Callable[[dict[str, float]], None] | None,
 ) -> BCResult:
     """Clone ``data`` into a fresh policy: its initial weights (:func:`_initial_policy`), the
-    loaders of its splits, the epochs (:func:`_fit`), and the best epoch's weights."""
+    loaders of its splits, checked finite (:func:`demo2rl.bc_data.check_finite`), the epochs
+    (:func:`_fit`), and the best epoch's weights."""
     start_time = time.perf_counter()
     obs_space = space_from_description(data.demos.attrs["observation_space"])
     act_space = space_from_description(data.demos.attrs["action_space"])
@@ -156,6 +160,7 @@ def _train(
     train, valid, data_path = bc_data.loaders(
         data, normalizer, act_space, device, cfg.memory_fraction, workers=max(1, threads)
     )
+    bc_data.check_finite(data, train, valid)  # NaN or inf data: the data's fault, named
     log.info(
         "BC on %s: %d training / %d validation samples, %s path, device %s, seed %d",
         data.name,

@@ -10,7 +10,8 @@ batches, either from memory or streamed from the HDF5 file.
 * **Streaming** (:class:`StreamLoader`), when the split would not fit in ``bc.memory_fraction``
   of the available RAM: shuffled blocks of rows (HDF5 chunks), prefetched by background threads.
 
-:func:`loaders` picks one and says which.
+:func:`loaders` picks one and says which. Before any epoch :func:`check_finite` fails, naming the
+dataset and the field, on NaN or inf in the statistics or the data (not a learning rate's fault).
 """
 
 from __future__ import annotations
@@ -75,6 +76,65 @@ def loaders(
     train = StreamLoader(data, data.train_mask, normalizer, act_space, device, workers)
     valid = StreamLoader(data, data.valid_mask, normalizer, act_space, device, workers)
     return train, valid, "stream"
+
+
+def check_finite(data: SplitDataset, train: Loader, valid: Loader) -> None:
+    """Fail with a :class:`DatasetError` naming the dataset and the field when the data BC is
+    to train on holds NaN or inf: its statistics, then the observations and actions of both
+    splits (in memory all their rows, one pass; streamed the first block of each, so that the
+    epochs pay nothing). Such data would otherwise surface as an epoch that "diverged", blamed
+    on the learning rate (:class:`demo2rl.bc.Diverged`). It only reads: no random draws."""
+    refused = "BC does not train on such data (demo2rl's import refuses it)"
+    stats = data.demos.stats or {}
+    for key in ("obs_mean", "obs_std", "act_mean", "act_std"):
+        values = np.asarray(stats.get(key, 0.0)).reshape(-1)
+        bad = np.flatnonzero(~np.isfinite(values))
+        if len(bad):
+            field = "observations" if key.startswith("obs") else "actions"
+            raise DatasetError(
+                data.name,
+                f"its statistics are not finite: {key} holds {values[bad[0]]} at element "
+                f"{bad[0]} (NaN or inf in the training split's {field}); {refused}",
+            )
+    if isinstance(train, StreamLoader):
+        spans = [loader.blocks[0] for loader in (train, valid) if loader.blocks]
+    else:
+        spans = [(0, len(data.train_mask))]
+    columns = data._columns or (data.observations, data.actions)  # vectors in memory: as loaded
+    for field, column in zip(("observations", "actions"), columns, strict=True):
+        found = _first_non_finite(column, data.train_mask | data.valid_mask, spans)
+        if found is not None:
+            row, element, value = found
+            starts = data.demos.episodes["start"]
+            episode = int(np.searchsorted(starts, row, side="right")) - 1
+            split = "training" if data.train_mask[row] else "validation"
+            raise DatasetError(
+                data.name,
+                f"its {field} are not finite: step row {row} (episode {episode}, its step "
+                f"{row - int(starts[episode])}, {split} split) holds {value} at element "
+                f"{element}; {refused}",
+            )
+
+
+def _first_non_finite(
+    column: Any, rows: np.ndarray, spans: list[tuple[int, int]]
+) -> tuple[int, int, float] | None:
+    """The first row within ``spans`` and in ``rows`` (a step-row mask) whose value in
+    ``column`` is NaN or inf, as (row, element, value); read in blocks, so that the check never
+    holds a second copy of a column."""
+    if np.dtype(column.dtype).kind != "f":
+        return None  # integers (frames, discrete actions) are always finite
+    block_rows = _block_rows(column)
+    for start, stop in spans:
+        for a in range(start, stop, block_rows):
+            block = np.asarray(column[a : min(a + block_rows, stop)])
+            block = block.reshape(len(block), -1)
+            bad = np.flatnonzero(rows[a : a + len(block)] & ~np.isfinite(block).all(axis=1))
+            if len(bad):
+                values = block[bad[0]]
+                element = int(np.flatnonzero(~np.isfinite(values))[0])
+                return a + int(bad[0]), element, float(values[element])
+    return None
 
 
 def available_memory() -> int:

@@ -199,6 +199,92 @@ def space_mismatch(name: str, expected: Mapping[str, Any], actual: Mapping[str, 
     return f"{name} {dict(expected)} vs {dict(actual)}"
 
 
+@dataclasses.dataclass(frozen=True)
+class SpaceValues:
+    """Which rows hold values of a space: of its dtype, finite, and within a Box's bounds where
+    it has them (a Discrete's: ``start`` to ``start + n - 1``). An importer checks every row a
+    foreign dataset brings with it (:mod:`demo2rl.minari_io`); collected rows come from the env
+    and the expert, whose values the rollout and the probe guard as they are made.
+
+    Made from a :func:`describe_space` description (:meth:`of`) once, and asked of a block of
+    rows at a time (:meth:`fault`): a few comparisons a value, and none at all for frames whose
+    bounds are their dtype's (uint8 in [0, 255]), beyond the dtype.
+    """
+
+    dtype: np.dtype | None
+    """The rows' dtype (None: any numeric dtype, as for rewards)."""
+    low: np.ndarray | None
+    """The lower bound of each element of a row, flat (None: none binds)."""
+    high: np.ndarray | None
+    """The upper bound, the same."""
+    shape: tuple[int, ...] = ()
+    """A row's shape (to name an element)."""
+
+    @classmethod
+    def of(cls, desc: Mapping[str, Any] | None) -> SpaceValues:
+        """The check of the space ``desc`` describes; None: any finite number (rewards)."""
+        if desc is None:
+            return cls(None, None, None)
+        if desc["type"] == "Discrete":
+            start = int(desc.get("start", 0))
+            return cls(np.dtype(np.int64), np.asarray([start]), np.asarray([start + desc["n"] - 1]))
+        dtype = np.dtype(desc["dtype"])
+        bound_dtype = dtype if dtype.kind == "f" else np.float64  # (a float space's are its own)
+        low = np.asarray(desc["low"], dtype=bound_dtype).reshape(-1)
+        high = np.asarray(desc["high"], dtype=bound_dtype).reshape(-1)
+        if dtype.kind in "iu":  # bounds no value of the dtype can pass bind nothing
+            low = np.maximum(low, np.iinfo(dtype).min)
+            high = np.minimum(high, np.iinfo(dtype).max)
+            binds_low = np.any(low > np.iinfo(dtype).min)
+            binds_high = np.any(high < np.iinfo(dtype).max)
+        else:
+            binds_low, binds_high = np.any(np.isfinite(low)), np.any(np.isfinite(high))
+        return cls(
+            dtype,
+            low if binds_low else None,
+            high if binds_high else None,
+            tuple(desc["shape"]),
+        )
+
+    def fault(self, rows: np.ndarray) -> tuple[int, str] | None:
+        """The first of ``rows`` (an array of rows) that is not a value of the space, and what
+        is wrong with it (``"element 0 is 7.0, above the space's high bound 1.0"``), or None."""
+        if self.dtype is not None and rows.dtype != self.dtype:
+            return 0, f"has dtype {rows.dtype}, the space's is {self.dtype}"
+        if rows.dtype.kind not in "fiub":
+            return 0, f"has dtype {rows.dtype}, not a number's"
+        flat = rows.reshape(len(rows), -1)
+        floats = flat.dtype.kind == "f"
+        if (
+            (not floats or np.isfinite(flat).all())
+            and (self.low is None or (flat >= self.low).all())
+            and (self.high is None or (flat <= self.high).all())
+        ):  # (whole-array reductions: the rows that pass, which is all of them, cost least)
+            return None
+        bad = ~np.isfinite(flat) if floats else np.zeros(flat.shape, bool)
+        if self.low is not None:
+            bad |= flat < self.low
+        if self.high is not None:
+            bad |= flat > self.high
+        hits = np.flatnonzero(bad.any(axis=1))
+        if len(hits) == 0:
+            return None
+        row = int(hits[0])
+        col = int(np.flatnonzero(bad[row])[0])
+        value = flat[row, col].item()
+        element = "" if self.shape == () else f"element {self._element(col)} "
+        if not math.isfinite(value):
+            return row, f"{element}is {value} (not finite)"
+        if self.low is not None and value < self.low[col]:
+            return row, f"{element}is {value}, below the space's low bound {self.low[col]:g}"
+        return row, f"{element}is {value}, above the space's high bound {self.high[col]:g}"
+
+    def _element(self, col: int) -> int | tuple[int, ...]:
+        if len(self.shape) == 1:
+            return col
+        return tuple(int(i) for i in np.unravel_index(col, self.shape))
+
+
 def check_dataset(
     demos: Demos,
     observation_space: gym.Space | None,
@@ -507,6 +593,7 @@ def merge_files(
     n_episodes: int,
     valid_fraction: float,
     codec: str = DEFAULT_CODEC,
+    check_values: bool = False,
 ) -> str:
     """Merge shard files into the dataset ``out`` (atomically) with its split and statistics, in
     bounded memory; returns its content hash. The same dataset, hash included, as :func:`write`
@@ -514,7 +601,10 @@ def merge_files(
 
     Each step column is created at its final size and filled shard by shard in blocks of whole
     chunks, while each shard's content hash is recomputed from the same blocks (a shard that
-    does not match stops the merge, naming it). The episode table and info are concatenated in
+    does not match stops the merge, naming it). With ``check_values`` (a file from elsewhere),
+    each block's values are checked against the recorded spaces too (:class:`SpaceValues`,
+    rewards finite): a DatasetError names the file, the episode, the step and the field. The
+    episode table and info are concatenated in
     memory (small); the statistics read the action column, and the observation column unless it
     holds images (see the module docstring). :func:`write_streamed` writes the file.
     """
@@ -537,7 +627,8 @@ def merge_files(
 
     def fill(appenders: Mapping[str, Appender]) -> tuple[Columns, Columns]:
         for path, shard in zip(paths, shards, strict=True):
-            _copy_shard(Path(path), shard, appenders)
+            check = _value_check(Path(path), shard, attrs) if check_values else None
+            _copy_shard(Path(path), shard, appenders, check)
         return tables, info
 
     nbytes = _merged_bytes(paths, columns, codec, shards)
@@ -727,10 +818,15 @@ def _merged_bytes(
     return sum(raw.values()) + 64 * sum(s.n_episodes for s in shards) + 16 * n_steps
 
 
-def _copy_shard(path: Path, shard: Demos, appenders: Mapping[str, Appender]) -> None:
-    """Append a shard's streamed columns, block by block, checking its content hash on the way."""
+def _copy_shard(
+    path: Path, shard: Demos, appenders: Mapping[str, Appender], check: Visitor | None = None
+) -> None:
+    """Append a shard's streamed columns, block by block, checking its content hash on the way
+    (and each block with ``check``, when given)."""
 
     def copy(group: str, key: str, block: np.ndarray) -> None:
+        if check is not None:
+            check(group, key, block)
         appender = appenders.get(f"{group}/{key}")
         if appender is not None:
             appender.append(block)
@@ -747,6 +843,43 @@ def _copy_shard(path: Path, shard: Demos, appenders: Mapping[str, Appender]) -> 
     except (KeyError, ValueError) as err:
         raise DatasetError(path, f"unreadable or incomplete HDF5 dataset ({err})") from err
     _check_hash(path, shard.attrs.get("content_hash"), computed)
+
+
+def _value_check(path: Path, shard: Demos, attrs: Mapping[str, Any]) -> Visitor:
+    """A visitor of a shard's blocks (in the order :func:`_hash` reads them) that raises a
+    DatasetError naming ``path``, the episode, the step and the field at the first value that
+    the spaces in ``attrs`` do not hold, or a reward that is not finite."""
+    observations = SpaceValues.of(attrs["observation_space"])
+    checks = {
+        "steps/observations": ("observation", observations),
+        "episodes/final_observation": ("observation", observations),
+        "steps/actions": ("action", SpaceValues.of(attrs["action_space"])),
+        "steps/rewards": ("reward", SpaceValues.of(None)),
+    }
+    seen = dict.fromkeys(checks, 0)  # rows of each column checked so far
+    starts, lengths = shard.episodes["start"], shard.episodes["length"]
+
+    def visit(group: str, key: str, block: np.ndarray) -> None:
+        name = f"{group}/{key}"
+        if name not in checks:
+            return
+        field, values = checks[name]
+        fault = values.fault(block)
+        if fault is not None:
+            row = seen[name] + fault[0]
+            if group == "episodes":
+                episode, step, final = row, int(lengths[row]), " (the final observation)"
+            else:
+                episode = int(np.searchsorted(starts, row, side="right")) - 1
+                step, final = row - int(starts[episode]), ""
+            index = int(shard.episodes["index"][episode])
+            raise DatasetError(
+                path,
+                f"episode {episode} (index {index}), step {step}{final}: {field} {fault[1]}",
+            )
+        seen[name] += len(block)
+
+    return visit
 
 
 class Appender:

@@ -33,11 +33,14 @@ A foreign dataset has no expert demo2rl can call: its ``expert`` attribute is No
 ``task.expert: null``) and its ``source`` attribute names the dataset. Minari's per-step
 ``infos`` are not imported. An episode that is empty, not terminated or truncated at its last
 step (a cut-off recording) or before it, whose observations or actions are of another dtype or
-shape than the spaces or of the wrong number of rows, or whose rewards are missing or not
-finite, fails the import with a :class:`~demo2rl.dataset.DatasetError` naming the source, the
-episode (its Minari id) and the field. Memory: one episode and a block of rows a column (the
-statistics of *vector* observations then read the observation and action columns whole, as the
-merge's do; image columns never).
+shape than the spaces or of the wrong number of rows, or whose rewards are missing, fails the
+import with a :class:`~demo2rl.dataset.DatasetError` naming the source, the episode (its index
+and its Minari id) and the field; so does any value a space does not hold
+(:class:`~demo2rl.dataset.SpaceValues`: a NaN or an infinity, an action or an observation
+outside its space's bounds, a reward that is not finite), naming the step too; no file is
+left. Memory: one episode and a block of rows a column (the statistics of *vector*
+observations then read the observation and action columns whole, as the merge's do; image
+columns never).
 
 **Export** (:func:`export_minari`) writes a demo2rl file as a Minari dataset with Minari's own
 API (``create_dataset_from_buffers``, then the storage's ``update_episodes`` fed one episode at
@@ -58,8 +61,9 @@ episodes, and seeds the split), and refuses an export of another env id or env k
 caller's.
 
 **A demo2rl file from elsewhere** (:func:`import_hdf5`) is :func:`demo2rl.dataset.merge_files`
-of that one file: its hash checked as it is copied, re-split with this experiment's
-``valid_fraction``. It must start at episode 0 (a merged dataset, or a first shard).
+of that one file: its hash and every value checked as it is copied (the checks above), re-split
+with this experiment's ``valid_fraction``. It must start at episode 0 (a merged dataset, or a
+first shard).
 """
 
 from __future__ import annotations
@@ -273,12 +277,15 @@ def import_minari(
         for shape, dtype in columns.values()
     )  # compressed images: their size is not known before they are written
 
+    checks = {key: dataset.SpaceValues.of(desc) for key, desc in spaces.items()}
+    checks["rewards"] = dataset.SpaceValues.of(None)
+
     def fill(appenders: Mapping[str, dataset.Appender]) -> tuple[dataset.Columns, dataset.Columns]:
         lengths, returns = [], []
         episodes = iter(storage.get_episodes(range(n_episodes)))
         for i in range(n_episodes):
             length, ret = _append_episode(
-                name, episodes, i, spaces, appenders, sum(lengths), n_steps
+                name, episodes, i, spaces, checks, appenders, sum(lengths), n_steps
             )
             lengths.append(length)
             returns.append(ret)
@@ -387,12 +394,18 @@ def import_hdf5(
     codec: str = dataset.DEFAULT_CODEC,
 ) -> str:
     """Write the demo2rl dataset file ``path`` (a merged dataset, or a shard starting at episode
-    0) as this experiment's dataset ``out``: its content hash checked as it is copied, split
-    again with ``valid_fraction``, statistics of the new training split; returns the new
-    content hash (the file's own, when ``valid_fraction`` is the one it was split with)."""
+    0) as this experiment's dataset ``out``: its content hash and every value (a DatasetError
+    naming the episode, the step and the field) checked as it is copied, split again with
+    ``valid_fraction``, statistics of the new training split; returns the new content hash (the
+    file's own, when ``valid_fraction`` is the one it was split with)."""
     n_episodes = dataset.read_tables(path).n_episodes
     return dataset.merge_files(
-        [path], out, n_episodes=n_episodes, valid_fraction=valid_fraction, codec=codec
+        [path],
+        out,
+        n_episodes=n_episodes,
+        valid_fraction=valid_fraction,
+        codec=codec,
+        check_values=True,
     )
 
 
@@ -541,23 +554,20 @@ def _append_episode(
     episodes: Iterator[dict[str, Any]],
     i: int,
     spaces: Mapping[str, dict[str, Any]],
+    checks: Mapping[str, dataset.SpaceValues],
     appenders: Mapping[str, dataset.Appender],
     written: int,
     n_steps: int,
 ) -> tuple[int, float]:
-    """Read the next episode (the ``i``-th), check it and append its rows; returns its length
-    and return. (One function, so that the episode is freed before the next is read.)"""
+    """Read the next episode (the ``i``-th), check it (its fields' dtypes and shapes, its ends,
+    and every value: ``checks`` by space name, and ``rewards``) and append its rows; returns its
+    length and return. (One function, so that the episode is freed before the next is read.)"""
     try:
         episode = next(episodes)
-    except StopIteration:
-        raise DatasetError(name, f"episode {i}: missing (the metadata promises more)") from None
     except (KeyError, OSError, ValueError, TypeError) as err:
         raise DatasetError(name, f"episode {i}: unreadable, a field missing? ({err})") from err
-    where = f"episode {episode.get('id', i)}"
-    rewards = episode.get("rewards")
-    if rewards is None:
-        raise DatasetError(name, f"{where}: no rewards")
-    rewards = np.asarray(rewards)
+    where = f"episode {i} (Minari id {episode.get('id', i)})"
+    rewards = np.asarray(episode.get("rewards"))
     if rewards.ndim != 1 or rewards.dtype.kind not in "fiu":
         raise DatasetError(
             name, f"{where}: rewards are {rewards.dtype} {rewards.shape}, not numbers"
@@ -565,11 +575,18 @@ def _append_episode(
     n = len(rewards)
     if n == 0:
         raise DatasetError(name, f"{where}: an empty episode (0 steps)")
-    bad = np.flatnonzero(~np.isfinite(rewards))
-    if len(bad):
-        raise DatasetError(name, f"{where}: rewards at step {bad[0]} is {rewards[bad[0]]}")
     obs = _checked(name, where, "observations", episode, spaces["observation_space"], n + 1)
     actions = _checked(name, where, "actions", episode, spaces["action_space"], n)
+    for field, rows, values in (
+        ("reward", rewards, checks["rewards"]),
+        ("observation", obs, checks["observation_space"]),
+        ("action", actions, checks["action_space"]),
+    ):
+        fault = values.fault(rows)
+        if fault is not None:
+            step, problem = fault
+            final = " (the final observation)" if step == n else ""
+            raise DatasetError(name, f"{where}, step {step}{final}: {field} {problem}")
     done = {}
     for field in ("terminations", "truncations"):
         flags = np.asarray(episode.get(field) if episode.get(field) is not None else [])
@@ -613,9 +630,7 @@ def _checked(
 ) -> np.ndarray:
     """An episode's ``field`` (observations or actions), checked against its space's dtype and
     shape (named with the expected ones) and to have ``rows`` rows."""
-    value = episode.get(field)
-    if not isinstance(value, np.ndarray):
-        raise DatasetError(name, f"{where}: {field} are {type(value).__name__}, not an array")
+    value = np.asarray(episode.get(field))
     dtype = "int64" if space["type"] == "Discrete" else space["dtype"]
     shape = () if space["type"] == "Discrete" else tuple(space["shape"])
     if str(value.dtype) != dtype:

@@ -339,7 +339,7 @@ def resolve_arms(
                 log.warning(
                     "rl.arms: all leaves out the %s arm: it supports %s actions, %r has %s",
                     arm.name,
-                    " or ".join(arm.action_spaces),
+                    arm.supported_actions,
                     env_id,
                     action_space,
                 )
@@ -354,7 +354,7 @@ def resolve_arms(
         if not arm.supports(action_space):
             raise ConfigError(
                 "rl.arms",
-                f"the {name} arm supports {' or '.join(arm.action_spaces)} actions; {env_id!r} "
+                f"the {name} arm supports {arm.supported_actions} actions; {env_id!r} "
                 f"has {action_space}: leave {name!r} out of rl.arms (or use rl.arms: all)",
             )
     return tuple(wanted)
