@@ -1,7 +1,9 @@
 """The demonstration dataset: one HDF5 file, columnar, self-describing.
 
-(About 900 lines, on purpose: the file format is one module, reader, writer, merge and content
-hash together, so that a change to the format is made, and reviewed, in one place.)
+(About 1,000 lines, on purpose: the file format is one module, reader, writer, merge, content
+hash and the check that a file's rows are values of the spaces it records (:class:`SpaceValues`,
+which an import runs on every row), so that a change to the format is made, and reviewed, in one
+place.)
 
 Layout (``FORMAT_VERSION`` 1)::
 
