@@ -15,9 +15,13 @@ variant without overrides then reuses the workflow's own run of that arm and see
 
 A variant is ``arm`` or ``arm:key=value,key=value`` with keys of ``rl`` (dotted for nested
 ones, e.g. ``warm_start.log_std=-0.5`` or ``ppo.learning_rate=1e-4``). Writes
-results/bench/arms-<name>.json (per run: the curve, the final returns per track, the final
-log-std) and prints a table with IQM [95% CI] over seeds and tracks and P(variant > scratch)
-against the first ``scratch`` variant in the set.
+results/bench/arms-<name>.json (per run: the curve with the run's training CPU seconds at each
+evaluation, the final returns per track, the final log-std) and prints a table with IQM [95% CI]
+over seeds and tracks, P(variant > its arm's control), and the cost to the first ``scratch``
+variant's final return (its mean curve's last point) in env steps and in training CPU seconds,
+each with its ratio to that scratch's own (the summary's definitions:
+:func:`demo2rl.summary.arm_costs`); and results/bench/arms-<name>-costs.png, a point per variant
+at those two costs.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import hashlib
 import json
 import math
 import multiprocessing
+import re
 import sys
 import tempfile
 from concurrent.futures import ProcessPoolExecutor
@@ -39,7 +44,7 @@ import pandas as pd
 import torch
 import yaml
 
-from demo2rl import acting, arms, evaluation, groups, names, provenance, rl, summary
+from demo2rl import acting, arms, evaluation, groups, names, plots, provenance, rl, summary
 from demo2rl import config as config_lib
 from demo2rl.dataset import read_attrs
 from demo2rl.io import write_json
@@ -52,7 +57,7 @@ from _common import BENCH_DIR, machine
 def parse_variant(text: str) -> tuple[str, str, dict[str, Any]]:
     arm, _, overrides = text.partition(":")
     values = {}
-    for item in filter(None, overrides.split(",")):
+    for item in filter(None, re.split(r",(?![^\[]*\])", overrides)):  # not inside [..]
         key, _, value = item.partition("=")
         values[key] = yaml.safe_load(value)
     return text, arm, values
@@ -109,7 +114,9 @@ def _from_workflow(
     if ckpt["meta"]["config"]["rl"] != config_lib.RLConfig.of(wanted).to_dict():
         return None
 
-    curve = pd.read_csv(run / "evaluations.csv").to_dict("records")
+    curve = _with_cpu(
+        pd.read_csv(run / "evaluations.csv").to_dict("records"), pd.read_csv(run / "progress.csv")
+    )
     episodes = json.loads(record.read_text())["episodes"]
     log_std = ckpt["state_dict"].get("log_std")
     return {
@@ -167,6 +174,7 @@ def _train_and_evaluate(
             key=rl.run_key({"variant": name, "seed": run_seed}),
             eval_seeds=seeds(config["seed"], evaluate.during_training),
         )
+        curve = _with_cpu(result.evaluations, rl.progress_table(state_dir))
     actor = acting.make_actor(result.model.policy, result.normalizer, result.action_space)
     final = evaluation.evaluate(
         task, actor, seeds(config["seed"], evaluate.episodes), n_envs=evaluate.n_envs
@@ -175,12 +183,68 @@ def _train_and_evaluate(
     return {
         "variant": name,
         "seed": run_seed,
-        "curve": result.evaluations,
+        "curve": curve,
         "final_returns": [float(r) for r in final.episodes["return"]],
         "final_log_std": (
             None if log_std is None else float(torch.as_tensor(log_std).mean().item())
         ),
     }
+
+
+def _with_cpu(curve: list[dict[str, Any]], progress: pd.DataFrame) -> list[dict[str, Any]]:
+    """The curve's points, each with the run's training CPU seconds at its step (``cpu_s``:
+    :func:`demo2rl.summary.seconds_at` of the progress table)."""
+    seconds = summary.seconds_at(progress, [p["step"] for p in curve], summary.CPU)
+    if seconds is None:
+        return curve
+    return [p | {"cpu_s": float(c)} for p, c in zip(curve, seconds, strict=True)]
+
+
+def costs(runs: list[dict[str, Any]], variants: list[str]) -> dict[str, dict[str, Any]]:
+    """Per variant, what reaching the first scratch variant's final return cost: env steps and
+    CPU seconds (its mean curve over seeds, :func:`demo2rl.summary.steps_to_reach` and
+    :func:`demo2rl.summary.seconds_to_reach`) and their ratios to that scratch's own; the same
+    to ``level`` (the expert's return on the curve tracks) where given. Empty without a scratch
+    variant."""
+    scratch = next((v for v in variants if v.partition(":")[0] == arms.CONTROL), None)
+    if scratch is None:
+        return {}
+
+    def band_and_cpu(name: str) -> tuple[dict[str, np.ndarray], list[Any]]:
+        mine = [r for r in runs if r["variant"] == name]
+        band = summary.curve_band(
+            [
+                ([p["step"] for p in r["curve"]], [p["return_mean"] for p in r["curve"]])
+                for r in mine
+            ],
+            confidence=0.95,
+            seed=0,
+        )
+        cpu = [
+            (np.array([p["step"] for p in r["curve"]]), np.array([p["cpu_s"] for p in r["curve"]]))
+            for r in mine
+            if all("cpu_s" in p for p in r["curve"])
+        ]
+        return band, cpu
+
+    ref_band, ref_cpu = band_and_cpu(scratch)
+    target = float(ref_band["mean"][-1])
+    ref_steps = summary.steps_to_reach(ref_band, target)
+    ref_seconds = summary.seconds_to_reach(ref_band, target, ref_cpu)
+    out = {}
+    for name in variants:
+        band, cpu = band_and_cpu(name)
+        steps = summary.steps_to_reach(band, target)
+        seconds = summary.seconds_to_reach(band, target, cpu)
+        out[name] = {
+            "target": target,
+            "steps_to_target": steps,
+            "cpu_to_target": seconds,
+            "steps_vs_scratch": summary.ratio(steps, ref_steps),
+            "cpu_vs_scratch": summary.ratio(seconds, ref_seconds),
+            "cpu_per_run": float(np.mean([c[-1] for _, c in cpu])) if cpu else None,
+        }
+    return out
 
 
 def control_of(variant: str, variants: list[str]) -> str | None:
@@ -250,14 +314,32 @@ def main() -> None:
                 flush=True,
             )
     rows = table(runs, [n for n, _, _ in variants])
-    print("| variant | seeds | IQM [95% CI] | P(> control) | at step 0 | lowest | log-std |")
-    print("|---|---|---|---|---|---|---|")
+    cost = costs(runs, [n for n, _, _ in variants])
+    for r in rows:
+        r |= cost.get(r["variant"], {})
+    target = next(iter(cost.values()))["target"] if cost else None
+    print(
+        "| variant | seeds | IQM [95% CI] | P(> control) | at step 0 | lowest | log-std "
+        "| env steps to scratch's final (x scratch's) | CPU s to it (x scratch's) "
+        "| CPU s per run |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         p = "" if r["p_vs_control"] is None else f"{r['p_vs_control']:.2f} ({r['control']})"
         print(
             f"| {r['variant']} | {r['seeds']} | {r['iqm']:.1f} "
             f"[{r['iqm_ci'][0]:.1f}, {r['iqm_ci'][1]:.1f}] | {p} | {r['start']:.1f} "
-            f"| {r['lowest']:.1f} | {r['final_log_std']:.2f} |"
+            f"| {r['lowest']:.1f} | {r['final_log_std']:.2f} "
+            f"| {_cost(r.get('steps_to_target'), r.get('steps_vs_scratch'), ',.0f')} "
+            f"| {_cost(r.get('cpu_to_target'), r.get('cpu_vs_scratch'), ',.1f')} "
+            f"| {_cost(r.get('cpu_per_run'), None, ',.0f')} |"
+        )
+    if cost:
+        print(f"(scratch's final return, the target: {target:.2f})")
+        plots.costs_figure(
+            {n: (c["cpu_to_target"], c["steps_to_target"]) for n, c in cost.items()},
+            BENCH_DIR / f"arms-{args.name}-costs.png",
+            target=f"scratch PPO's final return ({target:.1f})",
         )
 
     write_json(
@@ -271,6 +353,12 @@ def main() -> None:
             "runs": runs,
         },
     )
+
+
+def _cost(value: float | None, times: float | None, spec: str) -> str:
+    if value is None:
+        return "not reached"
+    return format(value, spec) + ("" if times is None else f" ({times:.2f}x)")
 
 
 if __name__ == "__main__":

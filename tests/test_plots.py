@@ -66,17 +66,17 @@ def test_learning_curves(tmp_path: Path):
     assert_png(out)
 
 
-def test_learning_curves_by_wall_time_in_a_second_panel(tmp_path: Path):
-    """With curves by training seconds, a panel of them beside the steps' panel: the arm drawn
+def test_learning_curves_by_cpu_seconds_in_a_second_panel(tmp_path: Path):
+    """With curves by training CPU seconds, a panel of them beside the steps' panel: the arm drawn
     only there (in its colour) shows in the right half of the figure, and only there."""
     steps, seconds = np.arange(0, 10_001, 2000.0), np.arange(0, 61, 12.0)
     by_steps = {"RL from scratch": band(steps, -2)}
-    by_time = {"SAC on demos + replay": band(seconds * 100, 5) | {"seconds": seconds}}
+    by_cpu = {"SAC on demos + replay": band(seconds * 100, 5) | {"seconds": seconds}}
     colors = {"RL from scratch": "tab:green", "SAC on demos + replay": "tab:cyan"}
     one, two = tmp_path / "one.png", tmp_path / "two.png"
     plots.learning_curves(by_steps, {"expert": 9.0}, one, colors=colors, confidence=0.95)
     plots.learning_curves(
-        by_steps, {"expert": 9.0}, two, colors=colors, confidence=0.95, by_time=by_time
+        by_steps, {"expert": 9.0}, two, colors=colors, confidence=0.95, by_cpu=by_cpu
     )
     single, double = assert_png(one), assert_png(two)
     assert double.shape[1] == 2 * single.shape[1] and double.shape[0] == single.shape[0]
@@ -84,6 +84,40 @@ def test_learning_curves_by_wall_time_in_a_second_panel(tmp_path: Path):
     is_cyan = np.all(np.abs(double.astype(int) - cyan) <= 8, axis=2)
     half = double.shape[1] // 2
     assert is_cyan[:, half:].sum() > 100 and is_cyan[:, :half].sum() == 0
+
+
+def test_the_cost_panel_places_each_arm_by_its_cpu_seconds_and_env_steps(tmp_path: Path):
+    """The cost to a target as one point per arm on log axes: the arm that is cheaper on both
+    axes lies lower and further left; an arm that never got there is named, not drawn."""
+    colors = {"cheap": "tab:cyan", "dear": "tab:red", "never": "tab:green"}
+    out = tmp_path / "costs.png"
+    costs = {"cheap": (20.0, 50_000.0), "dear": (400.0, 300_000.0), "never": (None, None)}
+    plots.costs_figure(costs, out, colors=colors, target="scratch PPO's final return")
+    image = assert_png(out).astype(int)
+
+    def centre(rgb: tuple[int, int, int]) -> np.ndarray:
+        mask = np.all(np.abs(image - np.array(rgb)) <= 8, axis=2)
+        assert mask.sum() > 20, rgb
+        return np.argwhere(mask).mean(axis=0)  # (row, column)
+
+    cheap, dear = centre((0x17, 0xBE, 0xCF)), centre((0xD6, 0x27, 0x28))
+    assert cheap[1] < dear[1] and cheap[0] > dear[0]  # left of it, and below it
+    green = np.all(np.abs(image - np.array([0x2C, 0xA0, 0x2C])) <= 8, axis=2)
+    assert green.sum() == 0  # never reached: named in the corner, no point
+    # beside the curves: a third panel
+    steps = np.arange(0, 10_001, 2000.0)
+    three = tmp_path / "three.png"
+    plots.learning_curves(
+        {"cheap": band(steps, 5)},
+        {},
+        three,
+        colors=colors,
+        confidence=0.95,
+        by_cpu={"cheap": band(steps / 100, 5) | {"seconds": steps / 100}},
+        costs=costs,
+        target="scratch PPO's final return",
+    )
+    assert assert_png(three).shape[1] > 2.5 * assert_png(three).shape[0]
 
 
 def test_final_returns(tmp_path: Path):

@@ -200,10 +200,11 @@ def test_dataset_hash_does_not_depend_on_the_number_of_shards(tree, test_workflo
 # executed reruns, compared bit for bit with the fresh run of the test config in `tree`
 
 SEEDS = CONFIG["rl"]["seeds"]
-VOLATILE = {"seconds", "versions", "code_revision", "learning_curves_wall"}
+VOLATILE = {"seconds", "versions", "code_revision", "learning_curves_cpu"}
 """Entries of evaluation files, checkpoint metadata and the summary that equal runs need not
-share (the summary's curves by wall time)."""
-RUN_SECONDS = {"wall_seconds", "cpu_seconds"}
+share (the summary's curves by CPU seconds)."""
+RUN_SECONDS = {"wall_seconds", "cpu_seconds", "cpu_to_scratch_final", "cpu_to_expert"}
+RUN_SECONDS |= {"cpu_vs_scratch", "cpu_to_expert_vs_scratch"}
 """An arm's entries in the summary that measure its runs' time, not their training."""
 WALL_CLOCK = {"time/fps", "time/time_elapsed", "time/cpu_s"}
 """Columns of the SB3 progress table that measure time, not training."""

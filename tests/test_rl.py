@@ -37,6 +37,7 @@ from demo2rl import (
     tasks,
     vec,
 )
+from demo2rl.rl import trainer
 from demo2rl.specs.train_rl import RLJob
 from demo2rl.stages import train_rl as train_rl_stage
 
@@ -709,6 +710,35 @@ def test_state_of_the_same_run_resumes(demos_and_clone, tmp_path, caplog):
     assert table["time/total_timesteps"].iloc[-1] == 1024
     state = json.loads((tmp_path / "half" / rl.STATE).read_text())
     assert state["timesteps"] == 1024 and state["resumed"] == 1
+
+
+def test_training_cpu_seconds_count_worker_processes_live_and_ended():
+    """A run's CPU seconds are the machine's cost of it: a subproc VecEnv's workers step the
+    envs, so their CPU counts, while they run and after they end. A child burns 0.3 CPU seconds
+    (by its own clock, not the wall's) and reports them; the count grows by them, beyond what
+    this process used."""
+    import subprocess
+    import sys
+
+    burn = (
+        "import sys, time\n"
+        "while time.process_time() < 0.3: pass\n"
+        "print(time.process_time(), flush=True)\n"
+        "sys.stdin.readline()\n"
+    )
+    start, own_start = trainer.training_cpu_seconds(), time.process_time()
+    child = subprocess.Popen(
+        [sys.executable, "-c", burn], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        child_cpu = float(child.stdout.readline())  # it burnt them and waits, alive
+        live = trainer.training_cpu_seconds() - start - (time.process_time() - own_start)
+    finally:
+        child.communicate("\n", timeout=60)
+    ended = trainer.training_cpu_seconds() - start - (time.process_time() - own_start)
+    assert child_cpu >= 0.3
+    assert live >= 0.9 * child_cpu, (live, child_cpu)
+    assert ended >= 0.9 * child_cpu, (ended, child_cpu)
 
 
 def test_training_tuning_and_evaluation_seeds_are_disjoint():

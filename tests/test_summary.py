@@ -273,6 +273,16 @@ def cost_bands() -> dict[str, dict[str, list[float]]]:
     }
 
 
+def cost_cpu_runs() -> dict[str, list[tuple[np.ndarray, np.ndarray]]]:
+    """Runs' CPU seconds at their evaluation steps (the curves of :func:`cost_bands`): scratch
+    PPO's two runs 10 and 12 ms a step, rlpd's two 0.4 and 0.6 s a step; none for the others."""
+    steps, sac_steps = np.array([0, 1000, 2000, 3000, 4000.0]), np.array([0, 250, 500, 750, 1000.0])
+    return {
+        "rl_scratch": [(steps, steps * 0.010), (steps, steps * 0.012)],
+        "rl_rlpd": [(sac_steps, sac_steps * 0.4), (sac_steps, sac_steps * 0.6)],
+    }
+
+
 def test_arm_costs_steps_to_scratch_final_speedup_and_budgets():
     budgets = {arm: groups.arm_budget(RL_CFG, arm) for arm in ("scratch", "bc", "rlpd", "sac")}
     out = summary.arm_costs(
@@ -281,6 +291,7 @@ def test_arm_costs_steps_to_scratch_final_speedup_and_budgets():
         wall_seconds={"rl_scratch": 400.0, "rl_rlpd": 900.0},
         cpu_seconds={"rl_rlpd": 850.0},
         expert_level=90.0,
+        cpu_runs=cost_cpu_runs(),
     )
     assert out["scratch_final_return"] == 75
     arms = out["arms"]
@@ -292,7 +303,18 @@ def test_arm_costs_steps_to_scratch_final_speedup_and_budgets():
         "steps_to_expert": 1000,
         "wall_seconds": 900.0,
         "cpu_seconds": 850.0,
+        # at step 500 its runs had used 200 and 300 CPU s; scratch PPO's at its step 2000, 20
+        # and 24: 250 s against 22 s, 11.4 times scratch PPO's compute to the same return
+        "cpu_to_scratch_final": 250.0,
+        "cpu_to_expert": 500.0,  # at step 1000, where scratch PPO never gets
+        "cpu_vs_scratch": pytest.approx(250 / 22),
+        "cpu_to_expert_vs_scratch": None,
     }
+    assert arms["rl_scratch"]["cpu_to_scratch_final"] == 22.0
+    assert arms["rl_scratch"]["cpu_vs_scratch"] == 1.0
+    # no runs with CPU seconds: no CPU figures, though the steps are known
+    assert arms["rl_bc"]["steps_to_expert"] == 3000 and arms["rl_bc"]["cpu_to_expert"] is None
+    assert arms["rl_sac"]["cpu_to_scratch_final"] is None  # never reached
     assert arms["rl_scratch"]["budget"] == arms["rl_bc"]["budget"] == 300_000
     assert arms["rl_sac"]["budget"] == 100_000
     # scratch against itself: its own first step at its final return, one time as soon
@@ -336,6 +358,7 @@ def test_markdown_groups_the_comparisons_by_arm_and_tabulates_budgets_and_costs(
         wall_seconds={"rl_bc": 410.0, "rl_scratch": 400.0, "rl_rlpd": 1234.0, "rl_sac": 1100.0},
         cpu_seconds={"rl_bc": 380.0, "rl_scratch": 390.0, "rl_rlpd": 1200.0},
         expert_level=90.0,
+        cpu_runs=cost_cpu_runs(),
     )
     out["steps_to_expert"] = {g: a["steps_to_expert"] for g, a in out["arms"].items()}
     md = summary.markdown(out)
@@ -373,12 +396,26 @@ def test_markdown_groups_the_comparisons_by_arm_and_tabulates_budgets_and_costs(
     assert (
         "| RL arm | env steps per run | env steps to scratch PPO's final return (75.0) "
         "| x sooner than scratch PPO | env steps to the expert's return "
+        "| CPU s to scratch PPO's final return (75.0) (x scratch PPO's) "
+        "| CPU s to the expert's return (x scratch PPO's) "
         "| wall time per run (s) | CPU time per run (s) |"
     ) in lines
-    assert "| SAC on demos + replay | 100,000 | 500 | 4.0x | 1,000 | 1,234 | 1,200 |" in lines
-    assert "| SAC from scratch | 100,000 | not reached | n/a | not reached | 1,100 | n/a |" in lines
-    assert "| RL from scratch | 300,000 | 2,000 | 1.0x | not reached | 400 | 390 |" in lines
-    assert "| RL warm-started from BC | 300,000 | 0 | at the start | 3,000 | 410 | 380 |" in lines
+    assert (
+        "| SAC on demos + replay | 100,000 | 500 | 4.0x | 1,000 | 250 (11.36x) | 500 | 1,234 "
+        "| 1,200 |"
+    ) in lines
+    assert (
+        "| SAC from scratch | 100,000 | not reached | n/a | not reached | not reached "
+        "| not reached | 1,100 | n/a |"
+    ) in lines
+    assert (
+        "| RL from scratch | 300,000 | 2,000 | 1.0x | not reached | 22 (1.00x) | not reached "
+        "| 400 | 390 |"
+    ) in lines
+    # reached, but its runs recorded no CPU seconds: unknown, not "not reached"
+    assert (
+        "| RL warm-started from BC | 300,000 | 0 | at the start | 3,000 | n/a | n/a | 410 | 380 |"
+    ) in lines
 
 
 def test_summary_refuses_records_on_different_tracks():
@@ -773,11 +810,12 @@ class ArmRecorder:
         yield None
 
 
-def test_summarize_stage_reports_budgets_costs_and_curves_by_wall_time(tmp_path: Path):
+def test_summarize_stage_reports_budgets_costs_and_curves_by_cpu_seconds(tmp_path: Path):
     """scratch PPO, SAC with demonstrations and SAC without them, two seeds each, one scratch run
-    resumed (its progress segments' seconds restart): the summary's per-arm budgets, steps to
-    scratch PPO's final return, training seconds, the learning curves against wall seconds, the
-    arm-level metrics and summary.md; and the learning-curve figure with its wall-time panel."""
+    resumed (its progress segments' seconds restart): the summary's per-arm budgets, steps and
+    CPU seconds to scratch PPO's final return, training seconds, the learning curves against CPU
+    seconds, the arm-level metrics and summary.md; and the learning-curve figure with its
+    compute panel and its cost panel."""
     from demo2rl.stages import plot_summary, summarize
 
     curve_steps = {"scratch": [0, 1000, 2000, 3000, 4000], "rlpd": [0, 500, 1000]}
@@ -832,15 +870,22 @@ def test_summarize_stage_reports_budgets_costs_and_curves_by_wall_time(tmp_path:
     assert arms["rl_rlpd"]["cpu_seconds"] == pytest.approx(60)
     # the expert's return (about 90): only SAC with demonstrations gets there (95 at 1000)
     assert saved["steps_to_expert"] == {"rl_scratch": None, "rl_rlpd": 1000.0, "rl_sac": None}
-    # learning curves by wall time: the resumed seed's evaluations at 0, 10, 20, 25, 35 s, the
-    # other's at 0, 10, 20, 30, 40 s; averaged up to where the faster seed ended
-    wall = saved["learning_curves_wall"]["rl_scratch"]
-    assert wall["seconds"] == [0, 10, 20, 25, 30, 35]
-    # at 25 s: the resumed seed at 60 (its step 3000), the other halfway from 40 to 60
-    assert wall["mean"][3] == pytest.approx((60 + 50) / 2)
-    # SAC with demonstrations: its seeds ended at 60 s and 80 s
-    assert saved["learning_curves_wall"]["rl_rlpd"]["seconds"] == [0, 30, 40, 60]
-    assert set(saved["learning_curves_wall"]) == set(saved["learning_curves"])
+    # learning curves by CPU seconds: the resumed seed's evaluations at 0, 9, 18, 22, 31 s, the
+    # other's at 0, 8, 16, 24, 32 s; averaged up to where the cheaper seed ended
+    cpu = saved["learning_curves_cpu"]["rl_scratch"]
+    assert cpu["seconds"] == [0, 8, 9, 16, 18, 22, 24, 31]
+    # at 22 s: the resumed seed at 60 (its step 3000), the other 3/4 of the way from 40 to 60
+    assert cpu["mean"][5] == pytest.approx((60 + 55) / 2)
+    # SAC with demonstrations: its seeds ended at 50 s and 70 s
+    assert saved["learning_curves_cpu"]["rl_rlpd"]["seconds"] == [0, 25, 35, 50]
+    assert set(saved["learning_curves_cpu"]) == set(saved["learning_curves"])
+    # the compute axis: rlpd at scratch's final return (step 500) after 25 and 35 CPU s; scratch
+    # PPO at its own (step 4000) after 31 and 32
+    assert arms["rl_rlpd"]["cpu_to_scratch_final"] == pytest.approx(30)
+    assert arms["rl_scratch"]["cpu_to_scratch_final"] == pytest.approx(31.5)
+    assert arms["rl_rlpd"]["cpu_vs_scratch"] == pytest.approx(30 / 31.5)
+    assert arms["rl_rlpd"]["cpu_to_expert"] == pytest.approx(60)
+    assert arms["rl_scratch"]["cpu_to_expert"] is None
     # the arm-level runs: against the own control where that is not scratch PPO
     rlpd, sac, scratch = recorder.arms["rlpd"], recorder.arms["sac"], recorder.arms["scratch"]
     versus = saved["probability_of_improvement"]
@@ -856,15 +901,18 @@ def test_summarize_stage_reports_budgets_costs_and_curves_by_wall_time(tmp_path:
     assert "p_vs_control" not in scratch and "p_vs_scratch" not in scratch
     assert scratch["steps_to_scratch_final"] == 4000 and scratch["cpu_s"] == pytest.approx(31.5)
     md = (out / "summary.md").read_text()
-    assert "| SAC on demos + replay | 100,000 | 500 | 8.0x | 1,000 | 70 | 60 |" in md
+    assert (
+        "| SAC on demos + replay | 100,000 | 500 | 8.0x | 1,000 | 30 (0.95x) | 60 | 70 | 60 |" in md
+    )
+    assert rlpd["cpu_vs_scratch"] == pytest.approx(30 / 31.5)
     assert "vs its own control (what the demonstrations add): P(SAC on demos + replay > SAC" in md
 
-    # the figure: by env steps, and beside it by wall time (twice as wide as one panel)
+    # the figure: by env steps, beside it by CPU seconds, and the costs (three panels wide)
     plot_summary.plot_summary(summary_json=str(out / "summary.json"), run=recorder, **figures)
     assert recorder.figures == ["curves.png", "returns.png"]
     with Image.open(figures["curves_png"]) as image:
         width, height = image.size
-    assert width > 2.5 * height
+    assert width > 3.5 * height
 
 
 def summarize_job(out, evals, curves, progress, figures, budgets):

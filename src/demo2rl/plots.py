@@ -59,25 +59,30 @@ def learning_curves(
     colors: Mapping[str, str] | None = None,
     confidence: float,
     title: str = "Learning curves on held-out episodes",
-    by_time: Mapping[str, Mapping[str, np.ndarray]] | None = None,
+    by_cpu: Mapping[str, Mapping[str, np.ndarray]] | None = None,
+    costs: Mapping[str, tuple[float, float]] | None = None,
+    target: str = "scratch PPO's final return",
 ) -> None:
     """Mean return against env steps with a confidence band per curve, reference levels as lines;
-    with ``by_time``, a second panel beside it of the same against training wall seconds.
+    with ``by_cpu``, a panel beside it of the same against the training's CPU seconds; with
+    ``costs``, a last panel of what reaching ``target`` cost each curve on both axes.
 
     ``curves`` maps a label to ``step``, ``mean``, ``low``, ``high`` arrays (one band over seeds,
-    see :func:`demo2rl.summary.curve_band`); ``by_time`` maps a label to ``seconds``, ``mean``,
-    ``low``, ``high`` (the same over each run's training seconds at its evaluation steps);
+    see :func:`demo2rl.summary.curve_band`); ``by_cpu`` maps a label to ``seconds``, ``mean``,
+    ``low``, ``high`` (the same over each run's training CPU seconds at its evaluation steps);
     ``levels`` maps a label to a constant return (e.g. the expert's and the clone's), drawn as
-    horizontal lines on each panel. The panels share the return axis.
+    horizontal lines on each curve panel; ``costs`` maps a label to its (CPU seconds, env steps)
+    to ``target`` (:func:`cost_panel`). The curve panels share the return axis.
     """
     colors = colors or {}
     panels = [(curves, "step", "environment steps")]
-    if by_time:
-        panels.append((by_time, "seconds", "training wall time per run (s)"))
-    fig = Figure(figsize=(7 * len(panels), 4.5), dpi=100)
+    if by_cpu:
+        panels.append((by_cpu, "seconds", "training CPU seconds per run (workers included)"))
+    n = len(panels) + bool(costs)
+    fig = Figure(figsize=(6.5 * n, 4.5), dpi=100)
     FigureCanvasAgg(fig)
-    axes = np.atleast_1d(fig.subplots(1, len(panels), sharey=True))
-    for ax, (bands, x, xlabel) in zip(axes, panels, strict=True):
+    axes = np.atleast_1d(fig.subplots(1, n))
+    for ax, (bands, x, xlabel) in zip(axes, panels, strict=False):
         for label, c in bands.items():
             (line,) = ax.plot(c[x], c["mean"], label=label, color=colors.get(label), lw=2)
             ax.fill_between(
@@ -89,16 +94,77 @@ def learning_curves(
             ax.axhline(value, color=colors.get(label, "grey"), linestyle=style, lw=1.5, label=label)
         ax.set_xlabel(xlabel)
         ax.grid(alpha=0.3)
+    if len(panels) > 1:
+        axes[1].sharey(axes[0])
     axes[0].set_ylabel("mean return")
     if axes[0].has_data():
         axes[0].legend(loc="best", fontsize="small")
     band = f"(mean over seeds, {round(100 * confidence)}% bootstrap band)"
-    if len(axes) == 1:
+    if n == 1:
         axes[0].set_title(f"{title}\n{band}")
     else:
         axes[0].set_title("by env steps")
-        axes[1].set_title("by training time (each run's seconds at its evaluation steps)")
+        if len(panels) > 1:
+            axes[1].set_title("by compute (each run's CPU seconds at its evaluation steps)")
         fig.suptitle(f"{title} {band}")
+    if costs:
+        cost_panel(axes[-1], costs, colors=colors, target=target)
+    _save(fig, path)
+
+
+def cost_panel(
+    ax: Any,
+    costs: Mapping[str, tuple[float, float]],
+    *,
+    colors: Mapping[str, str] | None = None,
+    target: str,
+) -> None:
+    """What reaching ``target`` cost: one point per label at (its CPU seconds, its env steps) to
+    get there, both axes logarithmic, so that the arm nearest the lower left is cheapest on
+    both; a label that never reached the target is listed in the panel's corner instead."""
+    colors = colors or {}
+    reached = {k: v for k, v in costs.items() if v[0] is not None and v[1] is not None}
+    for label, (seconds, steps) in reached.items():
+        ax.scatter(max(seconds, 1e-3), max(steps, 1.0), s=60, color=colors.get(label), label=label)
+        ax.annotate(
+            label,
+            (max(seconds, 1e-3), max(steps, 1.0)),
+            fontsize="x-small",
+            xytext=(4, 4),
+            textcoords="offset points",
+        )
+    missed = [k for k in costs if k not in reached]
+    if missed:
+        ax.text(
+            0.98,
+            0.98,
+            "not reached: " + ", ".join(missed),
+            transform=ax.transAxes,
+            fontsize="x-small",
+            ha="right",
+            va="top",
+        )
+    if reached:
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.margins(0.15)
+    ax.set_xlabel(f"training CPU seconds to {target}")
+    ax.set_ylabel(f"env steps to {target}")
+    ax.set_title(f"cost to {target}\n(mean curve over seeds; lower left: cheaper)")
+    ax.grid(alpha=0.3, which="both")
+
+
+def costs_figure(
+    costs: Mapping[str, tuple[float, float]],
+    path: str | os.PathLike[str],
+    *,
+    colors: Mapping[str, str] | None = None,
+    target: str,
+) -> None:
+    """:func:`cost_panel` alone, as a figure (the diagnosis' settings, one point each)."""
+    fig = Figure(figsize=(7.5, 5.5), dpi=100)
+    FigureCanvasAgg(fig)
+    cost_panel(fig.subplots(), costs, colors=colors, target=target)
     _save(fig, path)
 
 

@@ -31,8 +31,8 @@ P(variant > base), with the tracks drawn alike for both.
 
 Each RL arm's budget (env steps per run, its algorithm's) and cost (training seconds, wall and
 CPU, from its runs' progress tables) sit beside how soon its mean learning curve reaches scratch
-PPO's final return and the expert's (:func:`arm_costs`): what the demonstrations buy per env step
-and per second.
+PPO's final return and the expert's, on both axes a user pays in: env steps, and the training's
+CPU seconds (:func:`arm_costs`): what the demonstrations buy per env step and per second.
 """
 
 from __future__ import annotations
@@ -78,9 +78,10 @@ ELAPSED = "time/time_elapsed"
 """SB3's progress column of the wall seconds since the run's ``learn()`` call began: it restarts
 at every resume."""
 CPU = "time/cpu_s"
-"""The trainer's progress column of its process's CPU seconds since the run or its resume began
-(worker processes of a subproc vec env not included): it restarts at a resume as
-:data:`ELAPSED` does."""
+"""The trainer's progress column of the training's CPU seconds since the run or its resume began
+(its process's and its subproc vec env's workers', evaluations during training included:
+:func:`demo2rl.rl.trainer.training_cpu_seconds`): it restarts at a resume as :data:`ELAPSED`
+does."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -228,6 +229,30 @@ def steps_to_reach(band: Mapping[str, Sequence[float]], level: float) -> float |
     return None
 
 
+RunSeconds = Sequence[tuple[np.ndarray, np.ndarray]]
+"""Each run of a group: (its evaluation steps, its training seconds at them: :func:`seconds_at`)."""
+
+
+def seconds_to_reach(
+    band: Mapping[str, Sequence[float]], level: float, runs: RunSeconds
+) -> float | None:
+    """The training seconds an arm takes to reach ``level``: at the first evaluation step where
+    its mean curve (``band``) is at or above it (:func:`steps_to_reach`), the mean over its runs
+    of each run's seconds at that step (``runs``); None where it never gets there, or no run
+    has its seconds."""
+    step = steps_to_reach(band, level)
+    if step is None or not runs:
+        return None
+    return float(np.mean([np.interp(step, steps, secs) for steps, secs in runs]))
+
+
+def ratio(value: float | None, reference: float | None) -> float | None:
+    """``value / reference``, None where either is unknown or the reference is not positive."""
+    if value is None or reference is None or reference <= 0:
+        return None
+    return float(value) / float(reference)
+
+
 # --------------------------------------------------------------------------------------------
 # training time (from the runs' progress tables) and what each arm's budget buys
 
@@ -308,6 +333,7 @@ def arm_costs(
     wall_seconds: Mapping[str, float],
     cpu_seconds: Mapping[str, float],
     expert_level: float | None,
+    cpu_runs: Mapping[str, RunSeconds] | None = None,
 ) -> dict[str, Any]:
     """Per RL arm what its budget buys: what ``summary.json`` holds as ``arms`` and
     ``scratch_final_return``.
@@ -315,18 +341,34 @@ def arm_costs(
     ``bands`` maps each RL group to its learning-curve band (:func:`curve_band`); ``budgets``
     maps an arm's name to its env steps per run (:func:`demo2rl.groups.arm_budget`);
     ``wall_seconds`` and ``cpu_seconds`` map a group to its runs' mean training seconds
-    (:func:`mean_seconds`); ``expert_level`` is the expert's return on the curves' tracks. Scratch
-    PPO's final return is its mean curve's value at its last step (None without scratch PPO).
+    (:func:`mean_seconds`); ``expert_level`` is the expert's return on the curves' tracks;
+    ``cpu_runs`` maps a group to its runs' CPU seconds at their evaluation steps. Scratch PPO's
+    final return is its mean curve's value at its last step (None without scratch PPO).
+
     Returns ``{"scratch_final_return": float | None, "arms": {group: {budget,
-    steps_to_scratch_final, speedup_vs_scratch, steps_to_expert, wall_seconds, cpu_seconds}}}``
-    (a missing figure None; ``steps_to_*`` None where the curve never gets there).
+    steps_to_scratch_final, speedup_vs_scratch, steps_to_expert, wall_seconds, cpu_seconds,
+    cpu_to_scratch_final, cpu_to_expert, cpu_vs_scratch, cpu_to_expert_vs_scratch}}}``: the CPU
+    seconds to each return (:func:`seconds_to_reach`) and their ratio to scratch PPO's own
+    (below 1: the arm is there in less compute). A missing figure is None; ``*_to_*`` are None
+    where the curve never gets there.
     """
-    scratch = bands.get(arms.get(arms.CONTROL).group)
+    scratch_group = arms.get(arms.CONTROL).group
+    scratch = bands.get(scratch_group)
     final = float(scratch["mean"][-1]) if scratch is not None and len(scratch["mean"]) else None
     scratch_steps = None if final is None else steps_to_reach(scratch, final)
+    cpu_runs = cpu_runs or {}
+
+    def cpu_to(g: str, level: float | None) -> float | None:
+        return None if level is None else seconds_to_reach(bands[g], level, cpu_runs.get(g, []))
+
+    reference = {
+        "final": cpu_to(scratch_group, final) if scratch is not None else None,
+        "expert": cpu_to(scratch_group, expert_level) if scratch is not None else None,
+    }
     table = {}
     for g in (g for g in arm_groups() if g in bands):
         steps = None if final is None else steps_to_reach(bands[g], final)
+        to_final, to_expert = cpu_to(g, final), cpu_to(g, expert_level)
         table[g] = {
             "budget": budgets.get(group_arm(g) or g),
             "steps_to_scratch_final": steps,
@@ -336,6 +378,10 @@ def arm_costs(
             else steps_to_reach(bands[g], expert_level),
             "wall_seconds": wall_seconds.get(g),
             "cpu_seconds": cpu_seconds.get(g),
+            "cpu_to_scratch_final": to_final,
+            "cpu_to_expert": to_expert,
+            "cpu_vs_scratch": ratio(to_final, reference["final"]),
+            "cpu_to_expert_vs_scratch": ratio(to_expert, reference["expert"]),
         }
     return {"scratch_final_return": final, "arms": table}
 
@@ -568,7 +614,9 @@ def _arm_cost_lines(summary: Mapping[str, Any]) -> list[str]:
     final = summary.get("scratch_final_return")
     reach = "scratch PPO's final return" + ("" if final is None else f" ({final:.1f})")
     head = ["RL arm", "env steps per run", f"env steps to {reach}", "x sooner than scratch PPO"]
-    head += ["env steps to the expert's return", "wall time per run (s)", "CPU time per run (s)"]
+    head += ["env steps to the expert's return", f"CPU s to {reach} (x scratch PPO's)"]
+    head += ["CPU s to the expert's return (x scratch PPO's)"]
+    head += ["wall time per run (s)", "CPU time per run (s)"]
     lines = [
         "",
         "Budget and cost per RL arm:",
@@ -581,6 +629,8 @@ def _arm_cost_lines(summary: Mapping[str, Any]) -> list[str]:
         cells += [_steps(a["steps_to_scratch_final"], final is not None)]
         cells += [_speedup(a["speedup_vs_scratch"], a["steps_to_scratch_final"])]
         cells += [_steps(a["steps_to_expert"], "steps_to_expert" in summary)]
+        cells += [_cpu_to(a, "scratch_final", "cpu_vs_scratch", final is not None)]
+        cells += [_cpu_to(a, "expert", "cpu_to_expert_vs_scratch", "steps_to_expert" in summary)]
         cells += [_seconds(a["wall_seconds"]), _seconds(a["cpu_seconds"])]
         lines.append("| " + " | ".join(cells) + " |")
     lines += [
@@ -588,13 +638,16 @@ def _arm_cost_lines(summary: Mapping[str, Any]) -> list[str]:
         "Env steps to a return: the first evaluation step at which the arm's mean learning curve "
         "(over seeds, on the held-out episodes the curves were evaluated on) is at or above it. "
         "Scratch PPO's final return: its mean curve at its last evaluation. x sooner: the env "
-        "steps scratch PPO's curve took to first reach that return, divided by the arm's. "
+        "steps scratch PPO's curve took to first reach that return, divided by the arm's. CPU s "
+        "to a return: the mean over seeds of each run's training CPU seconds at that evaluation "
+        "step; x scratch PPO's: over scratch PPO's own CPU seconds to the same return (below "
+        "1x: there in less compute). "
         "Off-policy arms have a budget of their own (an off-policy env step costs more), so "
         "compare their time as well as their steps. Time per run: the mean over seeds of the "
         "run's training seconds in its SB3 progress table (the segments of a resumed run added "
         "up; work a kill lost after the last checkpoint not counted), including the evaluations "
-        "during training; CPU time is the training process's own (not a subproc vec env's "
-        "workers').",
+        "during training; CPU time is the training process's and its subproc vec env's "
+        "workers'.",
     ]
     return lines
 
@@ -609,6 +662,20 @@ def _speedup(ratio: float | None, steps: float | None) -> str:
     if ratio is not None:
         return f"{ratio:.1f}x"
     return "at the start" if steps is not None and steps <= 0 else "n/a"
+
+
+def _cpu_to(costs: Mapping[str, Any], level: str, ratio_key: str, known: bool) -> str:
+    """A cell of the CPU seconds to a return (``level``: ``scratch_final`` or ``expert``) with
+    their ratio to scratch PPO's, ``46 (0.81x)``; "not reached" where the curve never gets
+    there, n/a where the return or the runs' CPU seconds are unknown."""
+    if not known:
+        return "n/a"
+    if costs.get(f"steps_to_{level}") is None:
+        return "not reached"
+    seconds, times = costs.get(f"cpu_to_{level}"), costs.get(ratio_key)
+    if seconds is None:
+        return "n/a"
+    return f"{seconds:,.0f}" + ("" if times is None else f" ({times:.2f}x)")
 
 
 def _seconds(seconds: float | None) -> str:

@@ -10,6 +10,7 @@ and checkpoint at the same steps.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import signal
@@ -20,6 +21,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import psutil
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import CSVOutputFormat, KVWriter, Logger
@@ -345,7 +347,8 @@ class OnRolloutStart(BaseCallback):
 
     def _on_rollout_start(self) -> None:
         check_update(self.model)
-        self.model.logger.record("time/cpu_s", self.schedule.cpu_seconds())
+        if not self.schedule.off_policy:  # (an off-policy run's rows record it as they are dumped)
+            self.model.logger.record("time/cpu_s", self.schedule.cpu_seconds())
         self.schedule.maybe_evaluate(self.num_timesteps)
         self.schedule.maybe_dump(self.num_timesteps)
         self.schedule.at_rollout_start()
@@ -375,6 +378,21 @@ def check_update(model: recipe.GuidedPPO | recipe.DemoSAC) -> None:
         )
 
 
+def training_cpu_seconds() -> float:
+    """CPU seconds (user and system) of this process and of its child processes, live (a subproc
+    VecEnv's workers, which step the envs for it) or ended: what a run costs the machine, the
+    compute axis of the summary. (It scans the process table: read it per progress row, not per
+    env step.)"""
+    me = psutil.Process()
+    times = me.cpu_times()
+    total = times.user + times.system + times.children_user + times.children_system
+    for child in me.children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            child_times = child.cpu_times()
+            total += child_times.user + child_times.system
+    return total
+
+
 LOG_EVERY = 2000
 """Env steps between an off-policy run's progress rows (PPO's: one per rollout)."""
 
@@ -402,12 +420,13 @@ class Schedule:
         self.rollout_start: resume_point.ResumePoint | None = None
         self.off_policy = isinstance(model, OffPolicyAlgorithm)
         self.last_dump = model.num_timesteps
-        self.cpu_start = time.process_time()
+        self.cpu_start = training_cpu_seconds()
 
     def cpu_seconds(self) -> float:
-        """CPU seconds of this process since the run (or its resume) started: each progress
-        row's ``time/cpu_s``, which restarts at a resume as SB3's ``time/time_elapsed`` does."""
-        return time.process_time() - self.cpu_start
+        """CPU seconds of the training since the run (or its resume) started: this process's
+        and its worker processes' (:func:`training_cpu_seconds`); each progress row's
+        ``time/cpu_s``, which restarts at a resume as SB3's ``time/time_elapsed`` does."""
+        return training_cpu_seconds() - self.cpu_start
 
     def maybe_dump(self, step: int) -> None:
         """An off-policy run's progress row, when due."""

@@ -16,8 +16,9 @@ if TYPE_CHECKING:
 
 def plot_summary(*, summary_json: str, curves_png: str, returns_png: str, run: Run) -> None:
     """Draw the RL learning curves (bands over seeds, expert and clone as levels; by env steps,
-    and by training wall time where the summary has those curves) and the final returns (IQM with
-    intervals, P(X > Y)); log both on the job's and the workflow's run."""
+    by training CPU seconds where the summary has those curves, and each arm's cost to scratch
+    PPO's final return on both axes) and the final returns (IQM with intervals, P(X > Y)); log
+    both on the job's and the workflow's run."""
     result = json.loads(Path(summary_json).read_text())  # (its keys are sorted: reorder)
     order = groups.all_groups()
     result["groups"] = {g: result["groups"][g] for g in order if g in result["groups"]}
@@ -38,13 +39,20 @@ def plot_summary(*, summary_json: str, curves_png: str, returns_png: str, run: R
         }
 
     levels = {label[g]: value for g, value in result["curve_levels"].items()}
+    final = result.get("scratch_final_return")
+    costs = {
+        label.get(g, g): (a.get("cpu_to_scratch_final"), a.get("steps_to_scratch_final"))
+        for g, a in result.get("arms", {}).items()
+    }
     plots.learning_curves(
         bands(result["learning_curves"]),
         levels,
         curves_png,
         colors=colors,
         confidence=confidence,
-        by_time=bands(result.get("learning_curves_wall", {})),
+        by_cpu=bands(result.get("learning_curves_cpu", {})),
+        costs=costs if final is not None else None,
+        target=f"scratch PPO's final return ({final:.1f})" if final is not None else "",
     )
     estimates = {
         st["label"]: st | {"runs": [r["return_mean"] for r in result["runs"] if r["group"] == g]}

@@ -40,11 +40,12 @@ def summarize(job: SummarizeJob, run: Run) -> dict[str, Any]:
     to ``job.figures``.
 
     ``job.progress`` are the same runs' SB3 ``progress.csv``: each run's training seconds (wall
-    and CPU) and its learning curve against wall seconds (``learning_curves_wall``);
+    and CPU) and its learning curve against its training CPU seconds (``learning_curves_cpu``);
     ``job.budgets`` maps each arm to its env steps per run (:func:`demo2rl.groups.arm_budget`).
     Per RL arm its budget, its cost and how soon it reaches scratch PPO's final return and the
-    expert's go into ``arms`` (:func:`demo2rl.summary.arm_costs`); a figure without its input
-    (no progress table, no budget) is None there.
+    expert's, in env steps and in CPU seconds, go into ``arms``
+    (:func:`demo2rl.summary.arm_costs`); a figure without its input (no progress table, no
+    budget) is None there.
 
     Metrics and files also go to the workflow's parent run, so the MLflow UI compares whole
     invocations; and each RL arm gets a run of its own (:func:`arm_metrics`, its curve and its
@@ -75,10 +76,10 @@ def summarize(job: SummarizeJob, run: Run) -> dict[str, Any]:
     progress_tables = {name: pd.read_csv(path) for name, path in (progress or {}).items()}
     bands = _curve_bands(curve_tables, confidence, seed)
     result["learning_curves"] = {g: {k: v.tolist() for k, v in b.items()} for g, b in bands.items()}
-    walls = _wall_bands(curve_tables, progress_tables, confidence, seed)
-    result["learning_curves_wall"] = {
+    cpu_runs = _cpu_runs(curve_tables, progress_tables)
+    result["learning_curves_cpu"] = {
         g: {"seconds" if k == "step" else k: v.tolist() for k, v in b.items()}
-        for g, b in walls.items()
+        for g, b in _bands(cpu_runs, confidence, seed).items()
     }
     result["curve_levels"] = levels
     result |= summary.arm_costs(
@@ -87,6 +88,9 @@ def summarize(job: SummarizeJob, run: Run) -> dict[str, Any]:
         wall_seconds=summary.mean_seconds(progress_tables, summary.ELAPSED),
         cpu_seconds=summary.mean_seconds(progress_tables, summary.CPU),
         expert_level=levels.get(names.EXPERT),
+        cpu_runs={
+            g: [(steps, seconds) for steps, seconds, _ in runs] for g, runs in cpu_runs.items()
+        },
     )
     if names.EXPERT in levels:
         result["steps_to_expert"] = {g: a["steps_to_expert"] for g, a in result["arms"].items()}
@@ -114,11 +118,16 @@ def summarize(job: SummarizeJob, run: Run) -> dict[str, Any]:
     return result
 
 
+CPU_COSTS = ("cpu_to_scratch_final", "cpu_to_expert", "cpu_vs_scratch", "cpu_to_expert_vs_scratch")
+"""An arm's figures on the compute axis (:func:`demo2rl.summary.arm_costs`), as MLflow metrics."""
+
+
 def summary_metrics(result: Mapping[str, Any]) -> dict[str, float]:
     """Flat MLflow metrics of a summary: ``<group>.return_iqm`` (and ``_low``/``_high``),
     ``<group>.return_mean``, ``<group>.<metric>``, ``p_improvement.<x>_vs_<y>`` (and bounds), and
     per RL arm ``<group>.steps_to_expert``, ``.steps_to_scratch_final``, ``.budget``,
-    ``.wall_seconds`` and ``.cpu_seconds`` (where known)."""
+    ``.wall_seconds``, ``.cpu_seconds`` and the compute axis's ``.cpu_to_scratch_final``,
+    ``.cpu_to_expert``, ``.cpu_vs_scratch``, ``.cpu_to_expert_vs_scratch`` (where known)."""
     out: dict[str, float] = {}
     for g, st in result["groups"].items():
         out[f"{g}.return_mean"] = st["mean"]
@@ -132,6 +141,7 @@ def summary_metrics(result: Mapping[str, Any]) -> dict[str, float]:
         out[f"{g}.steps_to_scratch_final"] = costs["steps_to_scratch_final"]
         out[f"{g}.wall_seconds"] = costs["wall_seconds"]
         out[f"{g}.cpu_seconds"] = costs["cpu_seconds"]
+        out |= {f"{g}.{k}": costs.get(k) for k in CPU_COSTS}
     for key, c in result["probability_of_improvement"].items():
         out[f"p_improvement.{key}"] = c["probability"]
         out[f"p_improvement.{key}_low"], out[f"p_improvement.{key}_high"] = c["ci"]
@@ -143,8 +153,9 @@ def arm_metrics(result: Mapping[str, Any], group: str) -> dict[str, float]:
     ``p_vs_scratch`` (and bounds; none for scratch itself), ``p_vs_control`` (and bounds: against
     its own algorithm's control where that is not scratch PPO, e.g. SAC's), ``steps_to_expert``
     and ``steps_to_scratch_final`` (none where its mean curve never gets there), ``budget`` (env
-    steps per run), ``wall_s`` and ``cpu_s`` (mean training seconds per run); a figure the summary
-    does not have is left out."""
+    steps per run), ``wall_s`` and ``cpu_s`` (mean training seconds per run), and the CPU seconds
+    to scratch PPO's final return and to the expert's with their ratios to scratch PPO's
+    (:data:`CPU_COSTS`); a figure the summary does not have is left out."""
     st = result["groups"][group]
     out = {"iqm": st["iqm"], "mean": st["mean"]}
     out["iqm_low"], out["iqm_high"] = st["iqm_ci"]
@@ -164,6 +175,7 @@ def arm_metrics(result: Mapping[str, Any], group: str) -> dict[str, float]:
     out["steps_to_scratch_final"] = costs.get("steps_to_scratch_final")
     out["budget"] = costs.get("budget")
     out["wall_s"], out["cpu_s"] = costs.get("wall_seconds"), costs.get("cpu_seconds")
+    out |= {k: costs.get(k) for k in CPU_COSTS}
     return {k: float(v) for k, v in out.items() if v is not None and math.isfinite(v)}
 
 
@@ -220,33 +232,32 @@ def _curve_bands(
     return _bands(runs, confidence, seed)
 
 
-def _wall_bands(
-    curves: Mapping[str, pd.DataFrame],
-    progress: Mapping[str, pd.DataFrame],
-    confidence: float,
-    seed: int,
-) -> dict[str, Any]:
-    """The learning-curve band of each RL arm against training wall seconds: each run's
-    evaluation steps mapped to its seconds there (:func:`demo2rl.summary.seconds_at`), then
-    averaged on a common grid of seconds as the steps' bands are. A run without a progress table
-    (or without the columns) is left out; an arm without such runs has no band."""
-    runs: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+def _cpu_runs(
+    curves: Mapping[str, pd.DataFrame], progress: Mapping[str, pd.DataFrame]
+) -> dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
+    """Each RL group's runs as (evaluation steps, the run's training CPU seconds there
+    (:func:`demo2rl.summary.seconds_at`), the returns there): the learning curves on the compute
+    axis. A run without a progress table (or without the columns) is left out."""
+    runs: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
     for name, table in curves.items():
         if name not in progress:
             continue
-        seconds = summary.seconds_at(progress[name], table["step"].to_numpy())
+        steps = table["step"].to_numpy(dtype=np.float64)
+        seconds = summary.seconds_at(progress[name], steps, summary.CPU)
         if seconds is not None:
             runs.setdefault(summary.policy_group(name), []).append(
-                (seconds, table["return_mean"].to_numpy())
+                (steps, seconds, table["return_mean"].to_numpy())
             )
-    return _bands(runs, confidence, seed)
+    return runs
 
 
 def _bands(
-    runs: Mapping[str, Sequence[tuple[np.ndarray, np.ndarray]]], confidence: float, seed: int
+    runs: Mapping[str, Sequence[tuple[np.ndarray, ...]]], confidence: float, seed: int
 ) -> dict[str, Any]:
+    """Each group's learning-curve band over its runs' (x, return) pairs, the last two members of
+    each run's tuple (:func:`demo2rl.summary.curve_band`)."""
     return {
-        g: summary.curve_band(runs[g], confidence=confidence, seed=seed)
+        g: summary.curve_band([r[-2:] for r in runs[g]], confidence=confidence, seed=seed)
         for g in summary.all_groups()
         if g in runs
     }
