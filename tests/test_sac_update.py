@@ -22,6 +22,7 @@ from stable_baselines3.common.policies import ContinuousCritic
 from stable_baselines3.common.torch_layers import NatureCNN
 from torch import nn
 
+from demo2rl.rl import sac
 from demo2rl.rl.sac import EnsembleCritic, FastSAC, FastSACCnnPolicy, FastSACPolicy
 
 NET = [16, 16]
@@ -138,6 +139,27 @@ def test_compiled_step_is_sb3s() -> None:
         for mine, theirs in zip(ensemble(target), stacked(source), strict=True):
             th.testing.assert_close(mine, theirs, atol=ATOL, rtol=0)
     th.testing.assert_close(ours.actor.state_dict(), sb3.actor.state_dict(), atol=ATOL, rtol=0)
+
+
+def test_a_step_that_cannot_be_compiled_runs_eagerly_saying_why() -> None:
+    """A compiler that fails (here a backend that raises, as a missing or broken C++ toolchain
+    does) does not stop the run: a CompileFallback warning names the cause, and the step runs
+    eagerly from the same batch on, exactly as ``compile_update=False`` would have run it."""
+
+    def broken(graph: Any, example_inputs: Any) -> Any:
+        raise RuntimeError("no working C++ compiler here")
+
+    kwargs = {"n_steps": 3, "target_update_interval": 2}
+    eager, falling = make(FastSAC, **kwargs), make(FastSAC, compile_update=True, **kwargs)
+    falling.compile_backend = broken  # (both start from seed 0's weights)
+    with pytest.warns(sac.CompileFallback, match=r"could not compile.*no working C\+\+ compiler"):
+        got = train(falling, 3)
+    expected = train(eager, 3)
+    assert got == expected and falling.compile_update is False
+    for mine, theirs in ((falling.actor, eager.actor), (falling.critic, eager.critic)):
+        for name, value in theirs.state_dict().items():
+            assert th.equal(mine.state_dict()[name], value), name
+    th.testing.assert_close(falling.log_ent_coef, eager.log_ent_coef, atol=0, rtol=0)
 
 
 def test_unsupported_settings_are_refused() -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -607,6 +608,18 @@ def check_adam(optimizer: th.optim.Optimizer) -> None:
         )
 
 
+COMPILE_ERRORS: tuple[type[Exception], ...] = (
+    th._dynamo.exc.TorchDynamoException,  # BackendCompilerFailed wraps a backend's failure
+    th._inductor.exc.InductorError,
+)
+"""What ``torch.compile`` raises when it cannot compile the step (no working C++ toolchain, a
+backend's bug, an op it cannot trace): the step then runs eagerly (:meth:`FastSAC.train`)."""
+
+
+class CompileFallback(RuntimeWarning):
+    """The SAC update could not be compiled and runs eagerly (``rl.sac.compile``)."""
+
+
 class FastSAC(SAC):
     """SB3's SAC whose ``train`` runs SB3 2.9's update as one compiled step (:class:`SACStep`).
 
@@ -685,9 +698,28 @@ class FastSAC(SAC):
             self._step = (self.policy, self.compile_update, step, run)
         return self._step[2], self._step[3]
 
+    def _eager_after(self, err: Exception) -> Callable[..., th.Tensor]:
+        """The step run eagerly from now on, since compiling it failed with ``err``: said in a
+        warning that names the cause (the run goes on, its results those of
+        ``rl.sac.compile: false`` from here, which differ from a compiled run's in the last
+        bits)."""
+        cause = " ".join(str(err).split())[:300] or "no message"  # (its lines in one)
+        warnings.warn(
+            f"rl.sac.compile: torch {th.__version__} could not compile the SAC update "
+            f"({type(err).__name__}: {cause}); running it eagerly instead (as "
+            "rl.sac.compile: false: slower, and the results differ from a compiled run's in "
+            "the last bits)",
+            CompileFallback,
+            stacklevel=3,
+        )
+        self.compile_update = False
+        return self.step_function()[1]
+
     def train(self, gradient_steps: int, batch_size: int = 64) -> None:
         """``gradient_steps`` SAC updates on batches of ``batch_size`` from the replay buffer;
-        the mean losses logged once, at the end (SB3's keys)."""
+        the mean losses logged once, at the end (SB3's keys). If compiling the step fails (at
+        its first call), the step runs eagerly from then on, with a :class:`CompileFallback`
+        warning naming the cause."""
         self.policy.set_training_mode(True)
         optimizers = [self.actor.optimizer, self.critic.optimizer]
         if self.ent_coef_optimizer is not None:
@@ -719,7 +751,15 @@ class FastSAC(SAC):
                 for o in (batch.observations, batch.next_observations)
             )
             tensors_in = (obs, batch.actions, next_obs, batch.dones, batch.rewards, discounts)
-            logged.append(run(tensors, states, lrs, tensors_in, noise, next_noise, tau, ent_coef))
+            args = (tensors, states, lrs, tensors_in, noise, next_noise, tau, ent_coef)
+            try:
+                logged.append(run(*args))
+            except COMPILE_ERRORS as err:  # compiled at its first call: a compiler that fails
+                if not compiled:
+                    raise
+                run, compiled = self._eager_after(err), False
+                states, lrs = None, None
+                logged.append(run(*args))  # the same batch and draws, eagerly
         self._n_updates += gradient_steps
 
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
