@@ -9,7 +9,7 @@ SNAKEMAKE := $(BIN)/snakemake
 PORT ?= 5000
 RESULTS_DIR ?= results
 
-.PHONY: venv run export test test-fast lint format reruns-doc report ui bench diagnose tune-sac clean help
+.PHONY: venv run export test test-fast lint format reruns-doc report ui bench diagnose diagnose-cost tune-sac clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -94,6 +94,18 @@ DIAGNOSIS = scratch bc residual kickstart bc:warm_start.log_std=-1.0 bc:warm_sta
 diagnose: venv  ## the diagnosis of the RL arms (docs/arms.md), on the runs of `make run` (about 15 min)
 	$(BIN)/python benchmarks/arms.py --results results/racing --name diagnosis --episodes heldout \
 		--variants $(DIAGNOSIS)
+
+COST_RLPD = rlpd:eval_every=5000,sac.compile
+COST_DIAGNOSIS = scratch:eval_every=10000 residual:eval_every=10000 \
+	$(COST_RLPD)=false,sac.updates_per_step=0.125 \
+	sac:eval_every=5000,sac.compile=false,sac.updates_per_step=0.125 \
+	$(COST_RLPD)=true,sac.updates_per_step=0.125 $(COST_RLPD)=true,sac.updates_per_step=0.0625 \
+	$(COST_RLPD)=true,sac.updates_per_step=0.125,sac.batch_size=128 \
+	'$(COST_RLPD)=true,sac.updates_per_step=0.125,sac.batch_size=128,sac.critic_net_arch=[128,128]' \
+	'$(COST_RLPD)=false,sac.updates_per_step=0.125,sac.critic_net_arch=[64,64]'
+
+diagnose-cost: venv  ## what the demo arms cost in CPU seconds and env steps (docs/arms.md), on the dataset and clone of `make run` (about 40 min)
+	$(BIN)/python benchmarks/arms.py --results results/racing --name cost --variants $(COST_DIAGNOSIS)
 
 TUNE_SAC_RUN = sac.total_timesteps=40000,eval_every=10000,sac.ent_coef
 TUNE_SAC = rlpd:$(TUNE_SAC_RUN)=auto rlpd:$(TUNE_SAC_RUN)=auto_0.1 rlpd:$(TUNE_SAC_RUN)=auto_0.01 \

@@ -336,11 +336,7 @@ def main() -> None:
         )
     if cost:
         print(f"(scratch's final return, the target: {target:.2f})")
-        plots.costs_figure(
-            {n: (c["cpu_to_target"], c["steps_to_target"]) for n, c in cost.items()},
-            BENCH_DIR / f"arms-{args.name}-costs.png",
-            target=f"scratch PPO's final return ({target:.1f})",
-        )
+        figure(runs, variants, cost, target, BENCH_DIR / f"arms-{args.name}-costs.png")
 
     write_json(
         BENCH_DIR / f"arms-{args.name}.json",
@@ -352,6 +348,52 @@ def main() -> None:
             "rows": rows,
             "runs": runs,
         },
+    )
+
+
+def short_label(name: str, arm: str, overrides: dict[str, Any]) -> str:
+    """A variant as a legend shows it: its arm and its overrides' last key parts
+    (``rlpd: updates_per_step=0.125, batch_size=128``), ``eval_every`` left out."""
+    shown = ", ".join(
+        f"{k.rpartition('.')[2]}={v}" for k, v in overrides.items() if k != "eval_every"
+    )
+    return f"{arm}: {shown}" if shown else arm
+
+
+def figure(
+    runs: list[dict[str, Any]],
+    variants: list[tuple[str, str, dict[str, Any]]],
+    cost: dict[str, dict[str, Any]],
+    target: float,
+    path: Path,
+) -> None:
+    """The variants' mean learning curves by env steps and by training CPU seconds, with
+    scratch's final return as a level, and the cost panel
+    (:func:`demo2rl.plots.learning_curves`)."""
+    by_steps, by_cpu, labels = {}, {}, {}
+    for name, arm, overrides in variants:
+        mine = [r for r in runs if r["variant"] == name]
+        label = labels[name] = short_label(name, arm, overrides)
+        curves = [
+            ([p["step"] for p in r["curve"]], [p["return_mean"] for p in r["curve"]]) for r in mine
+        ]
+        by_steps[label] = summary.curve_band(curves, confidence=0.95, seed=0)
+        if all("cpu_s" in p for r in mine for p in r["curve"]):
+            cpu = [
+                ([p["cpu_s"] for p in r["curve"]], [p["return_mean"] for p in r["curve"]])
+                for r in mine
+            ]
+            band = summary.curve_band(cpu, confidence=0.95, seed=0)
+            by_cpu[label] = {"seconds" if k == "step" else k: v for k, v in band.items()}
+    plots.learning_curves(
+        by_steps,
+        {"scratch's final return": target},
+        path,
+        confidence=0.95,
+        title="Diagnosis on tuning tracks",
+        by_cpu=by_cpu,
+        costs={labels[n]: (c["cpu_to_target"], c["steps_to_target"]) for n, c in cost.items()},
+        target=f"scratch's final return ({target:.1f})",
     )
 
 

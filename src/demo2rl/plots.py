@@ -97,8 +97,13 @@ def learning_curves(
     if len(panels) > 1:
         axes[1].sharey(axes[0])
     axes[0].set_ylabel("mean return")
-    if axes[0].has_data():
+    many = len(curves) + len(levels) > LEGEND_INSIDE
+    if axes[0].has_data() and not many:
         axes[0].legend(loc="best", fontsize="small")
+    elif axes[0].has_data():  # below the panels, where it hides no curve
+        fig.legend(
+            *axes[0].get_legend_handles_labels(), loc="lower center", ncol=2, fontsize="small"
+        )
     band = f"(mean over seeds, {round(100 * confidence)}% bootstrap band)"
     if n == 1:
         axes[0].set_title(f"{title}\n{band}")
@@ -109,7 +114,17 @@ def learning_curves(
         fig.suptitle(f"{title} {band}")
     if costs:
         cost_panel(axes[-1], costs, colors=colors, target=target)
+    if many:  # room for the legend below (a row a pair of entries)
+        rows = math.ceil((len(curves) + len(levels)) / 2)
+        fig.set_size_inches(fig.get_size_inches()[0], 4.5 + 0.25 * rows)
+        fig.tight_layout(rect=(0, 0.25 * rows / (4.5 + 0.25 * rows) + 0.02, 1, 1))
+        _save(fig, path, tight=False)
+        return
     _save(fig, path)
+
+
+LEGEND_INSIDE = 6
+"""Legend entries a learning-curve panel holds inside it; more go below the panels."""
 
 
 def cost_panel(
@@ -120,8 +135,9 @@ def cost_panel(
     target: str,
 ) -> None:
     """What reaching ``target`` cost: one point per label at (its CPU seconds, its env steps) to
-    get there, both axes logarithmic, so that the arm nearest the lower left is cheapest on
-    both; a label that never reached the target is listed in the panel's corner instead."""
+    get there (an axis logarithmic where the points span decades), so that the arm nearest the
+    lower left is cheapest on both; the labels that never reached the target are named in the
+    panel's corner instead (counted, where there are many)."""
     colors = colors or {}
     reached = {k: v for k, v in costs.items() if v[0] is not None and v[1] is not None}
     for label, (seconds, steps) in reached.items():
@@ -134,6 +150,8 @@ def cost_panel(
             textcoords="offset points",
         )
     missed = [k for k in costs if k not in reached]
+    if len(", ".join(missed)) > 60:  # too many to name in a corner
+        missed = [f"{len(missed)} of {len(costs)}"]
     if missed:
         ax.text(
             0.98,
@@ -144,10 +162,13 @@ def cost_panel(
             ha="right",
             va="top",
         )
-    if reached:
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.margins(0.15)
+    for axis, values in (
+        ("x", [v[0] for v in reached.values()]),
+        ("y", [v[1] for v in reached.values()]),
+    ):
+        if values and max(values) > 20 * max(min(values), 1e-9):  # log where they span decades
+            getattr(ax, f"set_{axis}scale")("log")
+    ax.margins(0.15)
     ax.set_xlabel(f"training CPU seconds to {target}")
     ax.set_ylabel(f"env steps to {target}")
     ax.set_title(f"cost to {target}\n(mean curve over seeds; lower left: cheaper)")
