@@ -666,12 +666,16 @@ def _speedup(ratio: float | None, steps: float | None) -> str:
 
 def _cpu_to(costs: Mapping[str, Any], level: str, ratio_key: str, known: bool) -> str:
     """A cell of the CPU seconds to a return (``level``: ``scratch_final`` or ``expert``) with
-    their ratio to scratch PPO's, ``46 (0.81x)``; "not reached" where the curve never gets
-    there, n/a where the return or the runs' CPU seconds are unknown."""
+    their ratio to scratch PPO's, ``46 (0.81x)``; "at the start" where the arm is there before
+    training, "not reached" where the curve never gets there, n/a where the return or the runs'
+    CPU seconds are unknown."""
     if not known:
         return "n/a"
-    if costs.get(f"steps_to_{level}") is None:
+    steps = costs.get(f"steps_to_{level}")
+    if steps is None:
         return "not reached"
+    if steps <= 0:
+        return "at the start"
     seconds, times = costs.get(f"cpu_to_{level}"), costs.get(ratio_key)
     if seconds is None:
         return "n/a"
