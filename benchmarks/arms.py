@@ -211,21 +211,9 @@ def costs(runs: list[dict[str, Any]], variants: list[str]) -> dict[str, dict[str
         return {}
 
     def band_and_cpu(name: str) -> tuple[dict[str, np.ndarray], list[Any]]:
-        mine = [r for r in runs if r["variant"] == name]
-        band = summary.curve_band(
-            [
-                ([p["step"] for p in r["curve"]], [p["return_mean"] for p in r["curve"]])
-                for r in mine
-            ],
-            confidence=0.95,
-            seed=0,
-        )
-        cpu = [
-            (np.array([p["step"] for p in r["curve"]]), np.array([p["cpu_s"] for p in r["curve"]]))
-            for r in mine
-            if all("cpu_s" in p for p in r["curve"])
-        ]
-        return band, cpu
+        curves, cpu = _curves(runs, name)
+        band = summary.curve_band(curves, confidence=0.95, seed=0)
+        return band, [(steps, seconds) for steps, seconds, _ in cpu]
 
     ref_band, ref_cpu = band_and_cpu(scratch)
     target = float(ref_band["mean"][-1])
@@ -245,6 +233,23 @@ def costs(runs: list[dict[str, Any]], variants: list[str]) -> dict[str, dict[str
             "cpu_per_run": float(np.mean([c[-1] for _, c in cpu])) if cpu else None,
         }
     return out
+
+
+def _curves(runs: list[dict[str, Any]], name: str) -> tuple[list[Any], list[Any]]:
+    """A variant's runs as learning curves: (steps, returns) of each, and (steps, CPU seconds,
+    returns) of each run that recorded its CPU seconds."""
+    mine = [r["curve"] for r in runs if r["variant"] == name]
+
+    def column(curve: list[dict[str, Any]], key: str) -> np.ndarray:
+        return np.array([p[key] for p in curve], dtype=np.float64)
+
+    curves = [(column(c, "step"), column(c, "return_mean")) for c in mine]
+    cpu = [
+        (column(c, "step"), column(c, "cpu_s"), column(c, "return_mean"))
+        for c in mine
+        if all("cpu_s" in p for p in c)
+    ]
+    return curves, cpu
 
 
 def control_of(variant: str, variants: list[str]) -> str | None:
@@ -372,18 +377,11 @@ def figure(
     (:func:`demo2rl.plots.learning_curves`)."""
     by_steps, by_cpu, labels = {}, {}, {}
     for name, arm, overrides in variants:
-        mine = [r for r in runs if r["variant"] == name]
         label = labels[name] = short_label(name, arm, overrides)
-        curves = [
-            ([p["step"] for p in r["curve"]], [p["return_mean"] for p in r["curve"]]) for r in mine
-        ]
+        curves, cpu = _curves(runs, name)
         by_steps[label] = summary.curve_band(curves, confidence=0.95, seed=0)
-        if all("cpu_s" in p for r in mine for p in r["curve"]):
-            cpu = [
-                ([p["cpu_s"] for p in r["curve"]], [p["return_mean"] for p in r["curve"]])
-                for r in mine
-            ]
-            band = summary.curve_band(cpu, confidence=0.95, seed=0)
+        if cpu:
+            band = summary.curve_band([c[1:] for c in cpu], confidence=0.95, seed=0)
             by_cpu[label] = {"seconds" if k == "step" else k: v for k, v in band.items()}
     plots.learning_curves(
         by_steps,

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import h5py
@@ -255,24 +256,32 @@ if args["out"]:
     stage.merge_demos(job, Run())
 else:  # the baseline: the same imports, HDF5 opened once
     dataset.read_attrs(args["shards"][0])
-# the peak RSS of this process image: VmHWM. (ru_maxrss would not do: Linux carries it over from
-# the parent through fork and exec, so a child reports at least the test process's own peak.)
+"""
+VMHWM = """
 with open("/proc/self/status") as status:
     print(next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:")))
 """
 
 
+def child_peak_rss(program: str, args: dict[str, Any]) -> int:
+    """Peak RSS (bytes) of a fresh Python process running ``program`` (its arguments: ``args``,
+    JSON in ``sys.argv[1]``): the VmHWM of that process image. (ru_maxrss would not do: Linux
+    carries it over from the parent through fork and exec, so a child reports at least the test
+    process's own peak.)"""
+    proc = subprocess.run(
+        [sys.executable, "-c", program + VMHWM, json.dumps(args)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return int(proc.stdout.split()[-1])
+
+
 def peak_rss(shards: list[str], out: str | None) -> int:
     """Peak RSS (bytes) of a fresh process that runs the merge stage on ``shards`` (or, with
     ``out`` None, only imports it and opens a shard's attributes)."""
-    args = {"shards": shards, "out": out, "n_episodes": 10 * len(shards)}
-    proc = subprocess.run(
-        [sys.executable, "-c", CHILD, json.dumps(args)],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return int(proc.stdout.split()[-1])
+    return child_peak_rss(CHILD, {"shards": shards, "out": out, "n_episodes": 10 * len(shards)})
 
 
 @pytest.fixture(scope="module")

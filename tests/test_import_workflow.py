@@ -7,14 +7,9 @@ arm, and import in memory bounded as the merge of collected frames is."""
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
 import os
-import subprocess
-import sys
-import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +20,10 @@ import pytest
 import torch
 import yaml
 from conftest import REPO, TEST_CONFIG, snakemake, untracked
-from minari.data_collector import EpisodeBuffer
+from test_dataset_images import child_peak_rss
 from test_minari_io import make_minari
 
-from demo2rl import dataset, names, rollout, tasks
+from demo2rl import dataset, minari_io, names, rollout, tasks
 
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("import-workflow")]
 
@@ -97,16 +92,8 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A Minari store of the module's own, holding ``test/racing-v0``: the racing expert's
     episodes written with Minari's API, with no env spec (the task config names the env)."""
     path = tmp_path_factory.mktemp("minari-store")
-    before = os.environ.get("MINARI_DATASETS_PATH")
-    os.environ["MINARI_DATASETS_PATH"] = str(path)
-    try:
-        episodes, obs_space, act_space = racing_episodes(N_EPISODES)
-        make_minari("test/racing-v0", episodes, obs_space, act_space)
-    finally:
-        if before is None:
-            del os.environ["MINARI_DATASETS_PATH"]
-        else:
-            os.environ["MINARI_DATASETS_PATH"] = before
+    with minari_io._store(path):
+        make_minari("test/racing-v0", *racing_episodes(N_EPISODES))
     return path
 
 
@@ -164,18 +151,9 @@ def test_the_export_imported_again_is_the_same_dataset(imported, store, tmp_path
     env = {"MINARI_DATASETS_PATH": str(store)}
     snakemake(imported, "export", "--cores", "1", "--configfile", str(config), env=env)
     exported = results(imported) / names.MINARI_DIR
-    os.environ["MINARI_DATASETS_PATH"], before = (
-        str(exported),
-        os.environ.get("MINARI_DATASETS_PATH"),
-    )
-    try:
+    with minari_io._store(exported):
         loaded = minari.load_dataset(f"demo2rl/{EXPERIMENT}-v0")
         assert loaded.total_episodes == N_EPISODES
-    finally:
-        if before is None:
-            del os.environ["MINARI_DATASETS_PATH"]
-        else:
-            os.environ["MINARI_DATASETS_PATH"] = before
     again = tmp_path / "again"
     again.mkdir()
     source = exported / "demo2rl" / f"{EXPERIMENT}-v0"  # a Minari dataset's directory
@@ -199,8 +177,7 @@ def plan_error(workdir: Path, config: Path, env: dict[str, str] | None = None) -
 def test_a_dataset_of_other_spaces_is_refused_before_any_job(tmp_path, store):
     """A Minari dataset of another observation space (another task's recording) fails the
     plan, naming collect.source and both spaces; so does a demo2rl file of another task."""
-    os.environ["MINARI_DATASETS_PATH"], before = str(store), os.environ.get("MINARI_DATASETS_PATH")
-    try:
+    with minari_io._store(store):
         import gymnasium as gym
 
         obs = gym.spaces.Box(-1.0, 1.0, (7,), np.float32)
@@ -214,11 +191,6 @@ def test_a_dataset_of_other_spaces_is_refused_before_any_job(tmp_path, store):
             "truncations": np.zeros(5, bool),
         }
         make_minari("test/other-v0", [episode], obs, act)
-    finally:
-        if before is None:
-            del os.environ["MINARI_DATASETS_PATH"]
-        else:
-            os.environ["MINARI_DATASETS_PATH"] = before
     said = plan_error(
         tmp_path,
         import_config(tmp_path, "minari:test/other-v0"),
@@ -289,7 +261,7 @@ def test_a_poisoned_dataset_stops_the_run_at_the_import_naming_the_value(tmp_pat
     episodes, obs_space, act_space = racing_episodes(4)
     episodes[2]["actions"] = episodes[2]["actions"].copy()
     episodes[2]["actions"][10, 0] = 7.0
-    with minari_store(tmp_path / "store"):
+    with minari_io._store(tmp_path / "store"):
         make_minari("test/poisoned-v0", episodes, obs_space, act_space)
     config = import_config(tmp_path, "minari:test/poisoned-v0")
     env = {"MINARI_DATASETS_PATH": str(tmp_path / "store")}
@@ -318,47 +290,6 @@ JPEG_EXPERIMENT = "test-import-jpeg"
 N_JPEG = 4
 
 
-@contextlib.contextmanager
-def minari_store(path: Path) -> Iterator[None]:
-    """MINARI_DATASETS_PATH set to ``path`` within, restored after."""
-    before = os.environ.get("MINARI_DATASETS_PATH")
-    os.environ["MINARI_DATASETS_PATH"] = str(path)
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ["MINARI_DATASETS_PATH"]
-        else:
-            os.environ["MINARI_DATASETS_PATH"] = before
-
-
-def make_jpeg_minari(
-    dataset_id: str, episodes: list[dict[str, Any]], obs_space: Any, act_space: Any
-) -> Path:
-    """A Minari dataset in the store, written with Minari's own API and its defaults: image
-    observations JPEG-encoded (lossy), as users' image datasets come (make_minari writes them
-    raw); its directory."""
-    buffers = [
-        EpisodeBuffer(
-            seed=ep["seed"],
-            observations=ep["observations"],
-            actions=ep["actions"],
-            rewards=ep["rewards"],
-            terminations=ep["terminations"],
-            truncations=ep["truncations"],
-        )
-        for ep in episodes
-    ]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # its advice to name an author and such
-        minari.create_dataset_from_buffers(
-            dataset_id, buffers, observation_space=obs_space, action_space=act_space
-        )
-    path = Path(os.environ["MINARI_DATASETS_PATH"]) / dataset_id
-    assert minari.MinariDataset(path / "data").storage.jpeg_encoding  # Minari's default
-    return path
-
-
 @pytest.fixture(scope="module")
 def camera_recording() -> tuple[list[dict[str, Any]], Any, Any]:
     """Episodes of the camera task, the racing expert driving from the state in the infos, and
@@ -375,8 +306,9 @@ def camera_recording() -> tuple[list[dict[str, Any]], Any, Any]:
 def jpeg_store(tmp_path_factory: pytest.TempPathFactory, camera_recording) -> Path:
     """A Minari store holding JPEG_ID: the camera recording, JPEG-encoded by Minari."""
     path = tmp_path_factory.mktemp("minari-jpeg-store")
-    with minari_store(path):
-        make_jpeg_minari(JPEG_ID, *camera_recording)
+    with minari_io._store(path):
+        make_minari(JPEG_ID, *camera_recording, jpeg_encoding=True)
+        assert minari.load_dataset(JPEG_ID).storage.jpeg_encoding  # (Minari's default)
     return path
 
 
@@ -478,23 +410,13 @@ else:  # the baseline: the same imports, the task's spaces, Minari's dataset ope
     env = args["env"]
     tasks.spaces(env["env_id"], env["env_kwargs"], env["frame_stack"])
     minari.MinariDataset(Path(args["data"]) / "data")
-with open("/proc/self/status") as status:
-    print(next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:")))
 """
 
 
 def import_peak_rss(data: Path, out: Path | None) -> int:
     """Peak RSS (bytes) of a fresh process that runs the import_demos stage on the Minari
     dataset directory ``data`` (or, with ``out`` None, only imports it and opens ``data``)."""
-    args = {"data": str(data), "out": out and str(out), "env": CAMERA}
-    proc = subprocess.run(
-        [sys.executable, "-c", IMPORT_CHILD, json.dumps(args)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return int(proc.stdout.split()[-1])
+    return child_peak_rss(IMPORT_CHILD, {"data": str(data), "out": out and str(out), "env": CAMERA})
 
 
 def test_the_jpeg_import_job_runs_in_bounded_memory(tmp_path, camera_recording):
@@ -522,9 +444,11 @@ def test_the_jpeg_import_job_runs_in_bounded_memory(tmp_path, camera_recording):
             for e in range(n)
         ]
 
-    with minari_store(tmp_path / "store"):
+    with minari_io._store(tmp_path / "store"):
         data = {
-            n: make_jpeg_minari(f"test/memory-{n}-v0", episodes(n), obs_space, act_space)
+            n: make_minari(
+                f"test/memory-{n}-v0", episodes(n), obs_space, act_space, jpeg_encoding=True
+            )
             for n in (48, 96)
         }
     episode_bytes = (MEMORY_STEPS + 1) * pool[0].nbytes

@@ -43,9 +43,11 @@ def make_minari(
     obs_space: gym.Space,
     act_space: gym.Space,
     env: str | None = None,
+    jpeg_encoding: bool = False,
 ) -> Path:
     """A Minari dataset in the store, written with Minari's own API (with the env spec of
-    ``env``, if given); its directory."""
+    ``env``, if given; image observations raw, or JPEG-encoded as Minari's default has them with
+    ``jpeg_encoding``); its directory."""
     buffers = [
         EpisodeBuffer(
             seed=ep.get("seed"),
@@ -65,7 +67,7 @@ def make_minari(
             env=env,
             observation_space=obs_space,
             action_space=act_space,
-            jpeg_encoding=False,
+            jpeg_encoding=jpeg_encoding,
         )
     return Path(os.environ["MINARI_DATASETS_PATH"]) / dataset_id
 
@@ -206,14 +208,7 @@ def test_a_jpeg_image_dataset_imports_as_minari_decodes_it(store, tmp_path):
         ramp = np.linspace(0, 200, IMAGE.shape[0], dtype=np.float32)[:, None, None]
         steps = np.arange(len(ep["observations"]), dtype=np.float32)[:, None, None, None]
         ep["observations"] = (ramp + steps + np.zeros(IMAGE.shape)).astype(np.uint8)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        minari.create_dataset_from_buffers(
-            "jpeg-v0",
-            [EpisodeBuffer(**{k: ep[k] for k in ep}) for ep in episodes],
-            observation_space=IMAGE,
-            action_space=ACT,
-        )  # (jpeg_encoding: Minari's default, True)
+    make_minari("jpeg-v0", episodes, IMAGE, ACT, jpeg_encoding=True)
     decoded = list(minari.load_dataset("jpeg-v0").iterate_episodes())
     assert minari.load_dataset("jpeg-v0").storage.jpeg_encoding
     out = tmp_path / "demos.h5"

@@ -321,9 +321,7 @@ def speedup(scratch_steps: float | None, steps: float | None) -> float | None:
     """How many times sooner than scratch PPO an arm reaches scratch PPO's final return: the
     env steps scratch PPO's curve took (``scratch_steps``) over the arm's (``steps``). None
     where either never gets there, or where the arm is there before training (at step 0)."""
-    if scratch_steps is None or steps is None or steps <= 0:
-        return None
-    return float(scratch_steps) / float(steps)
+    return ratio(scratch_steps, steps)
 
 
 def arm_costs(
