@@ -162,9 +162,52 @@ def test_a_step_that_cannot_be_compiled_runs_eagerly_saying_why() -> None:
     th.testing.assert_close(falling.log_ent_coef, eager.log_ent_coef, atol=0, rtol=0)
 
 
+def adam_steps(model: SAC) -> tuple[int, ...]:
+    """How many Adam steps the actor, the critics and the entropy coefficient have taken."""
+    optimizers = (model.actor.optimizer, model.critic.optimizer, model.ent_coef_optimizer)
+    return tuple(
+        int(next(iter(opt.state.values()))["step"]) if opt.state else 0 for opt in optimizers
+    )
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_a_delayed_actor_learns_every_other_step(compiled: bool) -> None:
+    """With policy_delay 2, the second gradient step trains the critics only: after two steps
+    the critics and targets are SAC's after two (the second step's targets come from the actor
+    after one step in both), the actor and the entropy coefficient are SAC's after one; the
+    delay counts the run's steps across ``train`` calls (the actor learns at steps 0, 2, 4)."""
+    kwargs = {"n_steps": 3, "compile_update": compiled}
+    every, delayed, once = (make(FastSAC, **kwargs) for _ in range(3))
+    delayed.policy_delay = 2
+    for model in (every, delayed, once):
+        model.compile_backend = "aot_eager"  # (the graph with and without the actor's update)
+    train(every, 2), train(once, 1)
+    logged = train(delayed, 2)
+
+    for mine, theirs in zip(ensemble(delayed.critic), ensemble(every.critic), strict=True):
+        assert th.equal(mine, theirs)
+    for mine, theirs in zip(
+        ensemble(delayed.critic_target), ensemble(every.critic_target), strict=True
+    ):
+        assert th.equal(mine, theirs)
+    for name, value in once.actor.state_dict().items():
+        assert th.equal(delayed.actor.state_dict()[name], value), name
+    assert th.equal(delayed.log_ent_coef, once.log_ent_coef)
+    assert not th.equal(delayed.log_ent_coef, every.log_ent_coef)
+    assert logged["train/actor_loss"] == pytest.approx(
+        train(make(FastSAC, **kwargs), 1)["train/actor_loss"]
+    )
+    assert adam_steps(delayed) == (1, 2, 1)
+    for _ in range(3):
+        delayed.train(1, batch_size=64)
+    assert adam_steps(delayed) == (3, 5, 3)
+
+
 def test_unsupported_settings_are_refused() -> None:
     with pytest.raises(NotImplementedError, match="gSDE"):
         make(FastSAC, use_sde=True)
+    with pytest.raises(ValueError, match="policy_delay must be at least 1, got 0"):
+        make(FastSAC, policy_delay=0)
     sgd = {"net_arch": NET, "optimizer_class": th.optim.SGD}
     with pytest.raises(TypeError, match="Adam"):
         make(FastSAC, policy_kwargs=sgd, compile_update=True).train(1)

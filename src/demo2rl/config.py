@@ -347,6 +347,7 @@ class SACConfig(Section):
     ent_coef: str | float
     target_entropy: str | float
     updates_per_step: float
+    policy_delay: int
     n_steps: int
     n_critics: int
     critic_net_arch: list[int]

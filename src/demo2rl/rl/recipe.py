@@ -199,6 +199,7 @@ class Start:
             device=self.device,
             verbose=0,
             compile_update=cfg.compile,
+            policy_delay=cfg.policy_delay,
         )
 
     def ppo(

@@ -440,8 +440,11 @@ class SACStep:
         next_noise: th.Tensor,
         tau: th.Tensor,
         ent_coef: th.Tensor | None,
+        update_actor: bool = True,
     ) -> th.Tensor:
-        """One gradient step; returns (ent_coef, actor_loss, critic_loss[, ent_coef_loss])."""
+        """One gradient step; returns (ent_coef, actor_loss, critic_loss[, ent_coef_loss]).
+        Without ``update_actor`` only the critics learn (and the targets follow them): the
+        actor's and the entropy coefficient's losses are NaN, their weights untouched."""
         obs, actions, next_obs, dones, rewards, discounts = batch
         actor = self._params("actor", tensors)
         if self.ent_coef_index is not None:
@@ -464,6 +467,13 @@ class SACStep:
             1, self._critic_loss, trainable, (frozen, obs, actions, target_q), tensors, states, lrs
         )
 
+        targets, sources = self.polyak
+        if not update_actor:  # a delayed step (TD3's): the critics only
+            th._foreach_lerp_([tensors[i] for i in targets], [tensors[i] for i in sources], tau)
+            skipped = critic_loss.new_full((), float("nan"))
+            logged = [ent_coef.reshape(()), skipped, critic_loss]
+            return th.stack(logged + [skipped] * (self.ent_coef_index is not None))
+
         # the actor: mean(ent_coef * log pi(a|s) - min_i Q_i(s, a)), with the updated critics
         critics = self._params("critic", tensors)
         actor_loss, log_prob = self._minimise(
@@ -478,7 +488,6 @@ class SACStep:
             logged.append(-(log_ent_coef * surprise).reshape(()))
             self._apply(2, [-surprise.reshape(1)], tensors, states, lrs)
 
-        targets, sources = self.polyak
         th._foreach_lerp_([tensors[i] for i in targets], [tensors[i] for i in sources], tau)
         return th.stack(logged)
 
@@ -639,7 +648,10 @@ class FastSAC(SAC):
     target)``; the actor's on ``mean(ent_coef * log_prob - min_i Q_i(s, a~pi))`` with the
     critics just updated; the entropy coefficient's (``ent_coef="auto"``) on
     ``-mean(log_ent_coef * (log_prob + target_entropy))``; every ``target_update_interval``-th
-    step of a ``train`` call, Polyak averaging of the target critics with ``tau``. The losses
+    step of a ``train`` call, Polyak averaging of the target critics with ``tau``. With
+    ``policy_delay`` d > 1, the actor and the entropy coefficient learn only at every d-th
+    gradient step of the run (TD3's delayed policy update; the critics and targets at every one,
+    the random draws the same), which saves most of the actor's share of the work. The losses
     stay tensors until the end of the call, where their means are logged under SB3's keys.
 
     Compiling pays: on a 2-core AMD EPYC, one torch thread, [64, 64] networks, batch 256 and
@@ -651,6 +663,8 @@ class FastSAC(SAC):
 
     :param compile_update: compile the step with ``torch.compile`` (``compile_backend``); if
         False, run it eagerly (slower; no compiler needed).
+    :param policy_delay: gradient steps per actor (and entropy coefficient) update; 1: every
+        step, as SB3's SAC.
 
     The other parameters are SB3's ``SAC``'s.
     """
@@ -665,8 +679,13 @@ class FastSAC(SAC):
     critic: EnsembleCritic  # type: ignore[assignment]
     critic_target: EnsembleCritic  # type: ignore[assignment]
 
-    def __init__(self, *args: Any, compile_update: bool = True, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, compile_update: bool = True, policy_delay: int = 1, **kwargs: Any
+    ) -> None:
+        if policy_delay < 1:
+            raise ValueError(f"policy_delay must be at least 1, got {policy_delay}")
         self.compile_update = compile_update
+        self.policy_delay = policy_delay
         super().__init__(*args, **kwargs)
 
     def _setup_model(self) -> None:
@@ -751,7 +770,18 @@ class FastSAC(SAC):
                 for o in (batch.observations, batch.next_observations)
             )
             tensors_in = (obs, batch.actions, next_obs, batch.dones, batch.rewards, discounts)
-            args = (tensors, states, lrs, tensors_in, noise, next_noise, tau, ent_coef)
+            update_actor = (self._n_updates + gradient_step) % self.policy_delay == 0
+            args = (
+                tensors,
+                states,
+                lrs,
+                tensors_in,
+                noise,
+                next_noise,
+                tau,
+                ent_coef,
+                update_actor,
+            )
             try:
                 logged.append(run(*args))
             except COMPILE_ERRORS as err:  # compiled at its first call: a compiler that fails
@@ -765,7 +795,8 @@ class FastSAC(SAC):
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
         if not logged:
             return
-        means = th.stack(logged).mean(dim=0).tolist()
+        means = th.stack(logged).nanmean(dim=0).tolist()  # (delayed steps log no actor loss)
         keys = ["train/ent_coef", "train/actor_loss", "train/critic_loss", "train/ent_coef_loss"]
         for key, value in zip(keys, means, strict=False):
-            self.logger.record(key, value)
+            if not math.isnan(value):
+                self.logger.record(key, value)
