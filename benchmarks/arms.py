@@ -44,7 +44,7 @@ import pandas as pd
 import torch
 import yaml
 
-from demo2rl import acting, arms, evaluation, groups, names, plots, provenance, rl, summary
+from demo2rl import acting, arms, evaluation, names, plots, provenance, rl, summary
 from demo2rl import config as config_lib
 from demo2rl.dataset import read_attrs
 from demo2rl.io import write_json
@@ -110,7 +110,7 @@ def _from_workflow(
     if not (run / "policy.pt").is_file() or not record.is_file():
         return None
     ckpt = torch.load(run / "policy.pt", weights_only=True)
-    wanted = groups.arm_rl_config(config["rl"], arm)  # what the workflow gave the run
+    wanted = arms.get(arm).rl_slice(config["rl"])  # what the workflow gave the run
     if ckpt["meta"]["config"]["rl"] != config_lib.RLConfig.of(wanted).to_dict():
         return None
 
@@ -138,7 +138,7 @@ def _train_and_evaluate(
     results: str,
     episodes: str,
 ) -> dict[str, Any]:
-    rl_cfg = copy.deepcopy(groups.arm_rl_config(config["rl"], arm))
+    rl_cfg = copy.deepcopy(arms.get(arm).rl_slice(config["rl"]))
     for dotted, value in overrides.items():
         node = rl_cfg
         *path, last = dotted.split(".")

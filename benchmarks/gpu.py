@@ -38,8 +38,8 @@ from typing import Any
 import torch
 from _common import machine, report
 
+from demo2rl import arms
 from demo2rl.config import BCConfig, PolicyConfig, RLConfig, TaskConfig
-from demo2rl.groups import arm_rl_config
 from demo2rl.specs.collect_shard import CollectJob
 from demo2rl.specs.merge_demos import MergeJob
 from demo2rl.specs.train_bc import BCJob
@@ -114,7 +114,7 @@ def run_rl(
     cfg: dict[str, Any], demos: str, work: Path, arm: str, device: str, steps: int, threads: int
 ) -> dict:
     torch.set_num_threads(threads)
-    rl_cfg = arm_rl_config({**cfg["rl"], "device": device, "total_timesteps": steps}, arm)
+    rl_cfg = arms.get(arm).rl_slice({**cfg["rl"], "device": device, "total_timesteps": steps})
     run_dir = work / f"rl-{arm}-{device}"
     job = RLJob(
         arm=arm,

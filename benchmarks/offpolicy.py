@@ -48,7 +48,7 @@ from stable_baselines3.common.logger import configure
 from stable_baselines3.common.vec_env import VecNormalize
 
 import demo2rl.envs  # noqa: F401  (registers Racing-v0)
-from demo2rl import config, groups, policy, vec
+from demo2rl import arms, config, policy, vec
 from demo2rl.rl import recipe, replay, resume_point, trainer
 from demo2rl.rl.sac import FastSAC
 
@@ -205,7 +205,7 @@ def ppo_guard_cost(steps: int) -> dict[str, float]:
         {"env_id": ENV_ID, "env_kwargs": {}, "frame_stack": 1, "max_episode_steps": 10000}
         | {"timeout_s": defaults["task"]["timeout_s"]}
     )
-    rl_section = groups.arm_rl_config(defaults["rl"], "scratch")
+    rl_section = arms.get("scratch").rl_slice(defaults["rl"])
     rl_cfg = config.RLConfig.of(rl_section | {"vec_env": "native", "device": "cpu"})
     space = gym.make(ENV_ID).observation_space
     stats = {"obs_mean": np.zeros(space.shape), "obs_std": np.ones(space.shape)}

@@ -61,7 +61,7 @@ from _common import BENCH_DIR, machine, report
 from stable_baselines3 import PPO
 from torch.utils.data import DataLoader, Dataset
 
-from demo2rl import arms, bc, bc_data, collect, dataset, groups, tasks
+from demo2rl import arms, bc, bc_data, collect, dataset, tasks
 from demo2rl import policy as policy_lib
 from demo2rl.config import PolicyConfig, RLConfig, TaskConfig
 from demo2rl.config import load as load_config
@@ -487,9 +487,8 @@ def train_bc_memory(path: Path, args: argparse.Namespace) -> dict[str, Any]:
 def ppo_figures(args: argparse.Namespace) -> dict[str, Any]:
     """Env steps/s of ``learn`` for our scratch arm's model and SB3's CnnPolicy defaults."""
     rl_cfg = RLConfig.of(
-        groups.arm_rl_config(
-            CONFIG["rl"] | {"n_envs": args.n_envs, "vec_env": "native", "device": "cpu"},
-            "scratch",
+        arms.get("scratch").rl_slice(
+            CONFIG["rl"] | {"n_envs": args.n_envs, "vec_env": "native", "device": "cpu"}
         )
     )
     obs_space, act_space = tasks.spaces(TASK.env_id, TASK.env_kwargs, TASK.frame_stack)

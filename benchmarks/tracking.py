@@ -48,7 +48,7 @@ from unittest import mock
 
 from _common import BENCH_DIR, machine, report
 
-from demo2rl import collect, dataset, groups, names, provenance, tracking
+from demo2rl import arms, collect, dataset, names, provenance, tracking
 from demo2rl.config import (
     BCConfig,
     CollectConfig,
@@ -137,7 +137,7 @@ def run_jobs(config: dict[str, Any], demos: Path, root: Path) -> dict[str, dict[
     evaluate = EvaluateConfig.of(config["evaluate"])
     eval_episodes, eval_envs = evaluate.during_training, evaluate.n_envs
     env = {k: config["task"][k] for k in ("env_id", "env_kwargs", "frame_stack")}
-    rl_cfg = groups.arm_rl_config(config["rl"], "bc")
+    rl_cfg = arms.get("bc").rl_slice(config["rl"])
 
     def train_bc(run: tracking.Run) -> None:
         spec = BCJob(

@@ -7,7 +7,7 @@ from typing import Any
 
 from conftest import TEST_CONFIG
 
-from demo2rl import config, groups
+from demo2rl import arms, config
 
 DEFAULTS = config.load(None)
 """The schema's defaults: what config/config.yaml holds."""
@@ -26,7 +26,7 @@ def bc(**changes: Any) -> config.BCConfig:
 def rl(init: str, base: dict[str, Any] = TEST, **changes: Any) -> config.RLConfig:
     """The ``rl`` section a run of arm ``init`` gets (its own arm section only), from ``base``
     with top-level ``changes`` (a nested section replaced whole)."""
-    return config.RLConfig.of(groups.arm_rl_config(base["rl"] | changes, init))
+    return config.RLConfig.of(arms.get(init).rl_slice(base["rl"] | changes))
 
 
 def task(env_id: str, env_kwargs: dict[str, Any] | None = None, **expert: Any) -> config.TaskConfig:

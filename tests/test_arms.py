@@ -78,7 +78,7 @@ def test_every_arm_section_is_a_field_of_the_rl_config_and_read_only_by_its_arm(
     for section, owner in arms.sections().items():
         assert section in fields, f"the {owner} arm's section rl.{section} is not in RLConfig"
         for arm in arms.names():
-            given = groups.arm_rl_config(configs.DEFAULTS["rl"], arm)
+            given = arms.get(arm).rl_slice(configs.DEFAULTS["rl"])
             assert (section in given) == (arm == owner), (section, arm)
 
 

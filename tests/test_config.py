@@ -12,7 +12,7 @@ import pytest
 import yaml
 from conftest import REPO, TEST_CONFIG, snakemake
 
-from demo2rl import arms, config, groups
+from demo2rl import arms, config
 
 BASE = yaml.safe_load(TEST_CONFIG.read_text())
 
@@ -145,7 +145,7 @@ def test_typed_sections_hold_every_key_a_job_reads():
 
 def test_sections_are_frozen_and_typed():
     cfg = config.load(TEST_CONFIG)
-    rl = config.RLConfig.of(groups.arm_rl_config(cfg["rl"], "kickstart"))
+    rl = config.RLConfig.of(arms.get("kickstart").rl_slice(cfg["rl"]))
     assert rl.kickstart == config.KickstartConfig(coef=1.0, decay=0.25)
     assert rl.warm_start is None and rl.residual is None  # other arms' sections: not given
     assert rl.ppo.n_steps == cfg["rl"]["ppo"]["n_steps"]
@@ -164,7 +164,7 @@ def test_sections_are_frozen_and_typed():
 def typo(section: str, path: str) -> dict:
     """The test config's ``section`` as a job gets it, with the key at ``path`` misspelt."""
     cfg = config.load(TEST_CONFIG)
-    given = groups.arm_rl_config(cfg["rl"], "bc") if section == "rl" else cfg[section]
+    given = arms.get("bc").rl_slice(cfg["rl"]) if section == "rl" else cfg[section]
     *parents, last = path.split(".")
     node = given
     for key in parents:

@@ -21,7 +21,7 @@ from snakemake.iocontainers import (
     Wildcards,
 )
 
-from demo2rl import arms, config, groups, names, spec_fields
+from demo2rl import arms, config, names, spec_fields
 from demo2rl.specs import registry
 from demo2rl.workflow.plan import Plan, PlanError
 
@@ -169,7 +169,7 @@ def test_a_spec_built_from_a_jobs_snakemake_values_is_what_the_plan_says(plan):
     )
     job = spec_fields.build(registry.SPECS["train_rl"], smk)
     assert (job.arm, job.run_seed, job.seed) == ("bc", 1, TEST["seed"])
-    assert params["rl"] == groups.arm_rl_config(warm.config["rl"], "bc")
+    assert params["rl"] == arms.get("bc").rl_slice(warm.config["rl"])
     assert job.rl == config.RLConfig.of(params["rl"])
     assert params["rl"]["warm_start"]["critic_warmup_steps"] == 2048  # the variant's
     assert job.clone == plan.output(warm, ("clone",)) and job.state_dir == f"{run_dir}/state"

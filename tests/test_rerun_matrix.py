@@ -3,7 +3,9 @@ Snakemake's own plan for each, one change at a time, on a finished run of the te
 
 What a change should rerun, as a reader can see it:
 
-* config keys: ``x-read-by`` on every leaf key of config/schema.yaml (rules whose params hold it);
+* config keys: ``x-read-by`` on every leaf key of config/schema.yaml (rules whose params hold
+  it; ``train_rl`` on a key of ``rl``: the runs of the arms that read it,
+  :func:`demo2rl.variants.readers`);
 * library modules: the modules themselves, their imports and their declarations about their
   fingerprint (:data:`demo2rl.provenance.DECLARATIONS`), from which :data:`MODULES` derives the
   rules whose code fingerprint covers each module.
@@ -146,6 +148,8 @@ tracking modules, which declare themselves ``RESULT_NEUTRAL``)."""
 
 SCHEMA_DOC = yaml.safe_load(SCHEMA.read_text())
 KEYS = dict(schema_leaves(SCHEMA_DOC))
+READERS = variants.readers(KEYS)
+"""Per key, the (rule, wildcards) of the jobs that read it: what sharing between variants uses."""
 
 
 def test_every_key_is_declared_and_every_module_has_a_case():
@@ -230,12 +234,15 @@ def dry_run_jobs(text: str) -> dict[str, dict[str, Any]]:
 
 
 def expected(
-    dag: Mapping[str, dict], readers: list[str], base: set[str], keep: Iterable[str] = ()
+    dag: Mapping[str, dict],
+    readers: Iterable[str | tuple[str, dict[str, str]]],
+    base: set[str],
+    keep: Iterable[str] = (),
 ) -> set[str]:
     """Outputs the declaration says must be remade: the readers' jobs (but those writing to the
     results directories ``keep``: the variants that set the key themselves), new jobs, and all
     that lies downstream of them in ``dag`` (the changed workflow's jobs)."""
-    selectors = [parse_selector(s) for s in readers]
+    selectors = [parse_selector(s) if isinstance(s, str) else s for s in readers]
     keep = set(keep)
     todo = [
         out
@@ -390,7 +397,7 @@ def matrix(test_workflow: Path, tmp_path_factory) -> dict[str, dict[str, str]]:
         else:
             changed = with_value(config, key, changed_value(key, value, spec))
         path.write_text(yaml.safe_dump(changed))
-        cases.append(("keys", key, path, env, spec["x-read-by"], overriding(config, key)))
+        cases.append(("keys", key, path, env, READERS[key], overriding(config, key)))
     # a variant's own value: its readers in its own results directory only
     results = f"results/{config['experiment']}"
     for case_key, (name, key) in variant_keys(config).items():
@@ -401,10 +408,7 @@ def matrix(test_workflow: Path, tmp_path_factory) -> dict[str, dict[str, str]]:
         new = changed_value(key, value, KEYS[key])
         path.write_text(yaml.safe_dump(with_value(config, case_key, new)))
         own = {"root": names.variant_root(results, name)}
-        readers = [parse_selector(s) for s in KEYS[key]["x-read-by"]]
-        selectors = [
-            f"{r}[{','.join(f'{k}={v}' for k, v in (w | own).items())}]" for r, w in readers
-        ]
+        selectors = [(r, w | own) for r, w in READERS[key]]
         cases.append(("keys", case_key, path, env, selectors, []))
     planned_by = {
         m: next(n for n in MODULES if MODULES[n] == rules) for m, rules in MODULES.items()

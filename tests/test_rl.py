@@ -29,7 +29,6 @@ from demo2rl import (
     config,
     dataset,
     evaluation,
-    groups,
     guidance,
     policy,
     rl,
@@ -66,7 +65,7 @@ RUN_ARGS = {"threads": 1, "eval_envs": 16, "checkpoint_every": 512}
 
 def typed(arm: str, rl_cfg: dict) -> config.RLConfig:
     """The ``rl`` section a run of ``arm`` gets (rules/rl.smk: its arm's slice)."""
-    return config.RLConfig.of(groups.arm_rl_config(rl_cfg, arm))
+    return config.RLConfig.of(arms.get(arm).rl_slice(rl_cfg))
 
 
 def dataset_and_clone(

@@ -284,7 +284,7 @@ def cost_cpu_runs() -> dict[str, list[tuple[np.ndarray, np.ndarray]]]:
 
 
 def test_arm_costs_steps_to_scratch_final_speedup_and_budgets():
-    budgets = {arm: groups.arm_budget(RL_CFG, arm) for arm in ("scratch", "bc", "rlpd", "sac")}
+    budgets = {arm: arms_lib.get(arm).budget(RL_CFG) for arm in ("scratch", "bc", "rlpd", "sac")}
     out = summary.arm_costs(
         cost_bands(),
         budgets=budgets,
@@ -354,7 +354,7 @@ def test_markdown_groups_the_comparisons_by_arm_and_tabulates_budgets_and_costs(
     out = summary.summarize(records, reps=300, confidence=0.95, seed=0)
     out |= summary.arm_costs(
         cost_bands(),
-        budgets={arm: groups.arm_budget(RL_CFG, arm) for arm in ("scratch", "bc", "rlpd", "sac")},
+        budgets={arm: arms_lib.get(arm).budget(RL_CFG) for arm in ("scratch", "bc", "rlpd", "sac")},
         wall_seconds={"rl_bc": 410.0, "rl_scratch": 400.0, "rl_rlpd": 1234.0, "rl_sac": 1100.0},
         cpu_seconds={"rl_bc": 380.0, "rl_scratch": 390.0, "rl_rlpd": 1200.0},
         expert_level=90.0,
@@ -853,7 +853,7 @@ def test_summarize_stage_reports_budgets_costs_and_curves_by_cpu_seconds(tmp_pat
     out = tmp_path / "report"
     figures = {"curves_png": str(out / "curves.png"), "returns_png": str(out / "returns.png")}
     recorder = ArmRecorder()
-    budgets = {arm: groups.arm_budget(RL_CFG, arm) for arm in ("scratch", "rlpd", "sac")}
+    budgets = {arm: arms_lib.get(arm).budget(RL_CFG) for arm in ("scratch", "rlpd", "sac")}
     job = summarize_job(out, evals, curves, progress, figures, budgets)
     summarize.summarize(job, recorder)
     saved = json.loads((out / "summary.json").read_text())

@@ -137,6 +137,37 @@ def test_an_arm_setting_owns_only_that_arms_runs_and_a_bc_setting_the_clone_and_
     assert share.owner("bclr", "rl", "scratch", "0") == "base"
 
 
+def leaf_keys(node: dict, prefix: str) -> set[str]:
+    """The dotted keys of a nested config section's leaves."""
+    return set().union(
+        *(
+            leaf_keys(v, f"{prefix}{k}.") if isinstance(v, dict) else {prefix + k}
+            for k, v in node.items()
+        )
+    )
+
+
+@pytest.mark.parametrize("arm", [*arms.BUILTIN, "toy_sac"])
+def test_a_run_shares_on_exactly_the_rl_keys_it_is_given(arm):
+    """What sharing keys a train_rl job on (the schema's x-read-by, narrowed to the arms that
+    read a key by the arm records) is exactly the ``rl`` slice its params carry, for every arm
+    and for one registered later (an off-policy toy arm without a section); the schema names no
+    arm."""
+    toy = arms.Arm("toy_sac", "toy", "tab:cyan", start=lambda s: None, algorithm="SAC")
+    arms.REGISTRY[toy.name] = toy
+    try:
+        read = {k for k in sharing().reads("train_rl", arm=arm) if k.startswith("rl.")}
+        given = leaf_keys(arms.get(arm).rl_slice(BASE["rl"]), "rl.")
+    finally:
+        del arms.REGISTRY[toy.name]
+    assert read == given
+    record = arms.get(arm) if arm != toy.name else toy
+    sections = {k.split(".")[1] for k in given} & set(arms.ALGORITHMS.values())
+    assert sections == {record.algorithm_section}  # its algorithm's hyperparameters only
+    assert ("rl.total_timesteps" in given) == (not record.off_policy)
+    assert "arm=" not in (REPO / "config" / "schema.yaml").read_text()
+
+
 def test_rlpd_follows_the_clone_only_with_a_clone_switch_on():
     """rlpd reads the clone only to start its actor or drive its warm-up: with both switches
     off (the defaults) a BC change leaves its runs shared; with one on they follow the clone."""

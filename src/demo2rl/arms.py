@@ -20,9 +20,10 @@ summary import it without torch), and the code fingerprint of a rule that only r
 does not cover how the arm trains. A start takes a :class:`demo2rl.rl.recipe.Start` and returns the
 model; see there.
 
-Adding an arm: its :class:`Arm` below, its settings section (schema, a dataclass field of
-``RLConfig``, config/config.yaml) if it has one, its start function, its tests and its line in
-docs/arms.md (docs/architecture.md walks through it).
+Adding an arm: its :class:`Arm` below, its settings section (schema, with ``x-read-by:
+[train_rl]``: which arms read a key of ``rl`` is :meth:`Arm.reads_rl`'s answer, so the schema
+names no arm; a dataclass field of ``RLConfig``; config/config.yaml) if it has one, its start
+function, its tests and its line in docs/arms.md (docs/architecture.md walks through it).
 """
 
 from __future__ import annotations
@@ -110,6 +111,37 @@ class Arm:
     def off_policy(self) -> bool:
         """Whether its runs learn from a replay buffer (their budget is ``rl.sac``'s)."""
         return self.algorithm != "PPO"
+
+    def reads_rl(self, key: str) -> bool:
+        """Whether its runs read ``rl.<key>`` (a key or section directly under ``rl``): not the
+        seed and arm lists (adding a seed or an arm must not rerun the others), not
+        ``checkpoint_every`` (a speed setting), of the algorithms' sections (:data:`ALGORITHMS`)
+        only its own algorithm's (an off-policy arm's budget is in it, so not
+        ``total_timesteps`` either), and of the arms' own sections (:func:`sections`) only its
+        own. The one statement of what an arm's job reads of ``rl``: its params
+        (:meth:`rl_slice`) and which variants share its runs (:mod:`demo2rl.variants`)."""
+        if key in {"seeds", "arms", "checkpoint_every"}:
+            return False
+        if key in ALGORITHMS.values():
+            return key == self.algorithm_section
+        if key == "total_timesteps":
+            return not self.off_policy
+        owner = sections().get(key)
+        return owner is None or owner == self.name
+
+    def rl_slice(self, rl: Mapping[str, Any]) -> dict[str, Any]:
+        """The part of the ``rl`` config (a mapping, as the config holds it) its runs read
+        (:meth:`reads_rl`)."""
+        return {k: v for k, v in rl.items() if self.reads_rl(k)}
+
+    def budget(self, rl: Mapping[str, Any]) -> int:
+        """Env steps per run under the ``rl`` config: its algorithm's budget
+        (``rl.total_timesteps`` for PPO, ``rl.sac.total_timesteps`` for the off-policy arms)."""
+        return int(
+            rl[self.algorithm_section]["total_timesteps"]
+            if self.off_policy
+            else rl["total_timesteps"]
+        )
 
     @property
     def group(self) -> str:

@@ -56,28 +56,6 @@ def _looks(group: str) -> tuple[str, str]:
     return arm.label, arm.color
 
 
-def arm_rl_config(rl_cfg: Mapping[str, Any], arm: str) -> dict[str, Any]:
-    """The ``rl`` config a run of ``arm`` reads: not the seed and arm lists (adding a seed or an
-    arm must not rerun the others), not ``checkpoint_every`` (a speed setting), of the
-    algorithms' sections (:data:`demo2rl.arms.ALGORITHMS`) only its own algorithm's (an
-    off-policy arm's budget is in it, so not ``total_timesteps`` either), and of the arms' own
-    sections (:func:`demo2rl.arms.sections`) only its own."""
-    record = arms.get(arm)
-    skip = {"seeds", "arms", "checkpoint_every"}
-    skip |= {s for s in arms.ALGORITHMS.values() if s != record.algorithm_section}
-    skip |= {"total_timesteps"} if record.off_policy else set()
-    skip |= {section for section, owner in arms.sections().items() if owner != arm}
-    return {k: v for k, v in rl_cfg.items() if k not in skip}
-
-
-def arm_budget(rl_cfg: Mapping[str, Any], arm: str) -> int:
-    """Env steps per run of ``arm`` under the ``rl`` config: its algorithm's budget
-    (``rl.total_timesteps`` for PPO, ``rl.sac.total_timesteps`` for the off-policy arms)."""
-    if arms.get(arm).off_policy:
-        return int(rl_cfg["sac"]["total_timesteps"])
-    return int(rl_cfg["total_timesteps"])
-
-
 def policy_group(name: str) -> str:
     """The group of an evaluated policy: ``expert``, ``bc``, ``rl-bc-seed0`` -> ``rl_bc``."""
     if name in REFERENCE_GROUPS or names.dagger_round(name) is not None:

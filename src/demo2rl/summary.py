@@ -337,7 +337,7 @@ def arm_costs(
     ``scratch_final_return``.
 
     ``bands`` maps each RL group to its learning-curve band (:func:`curve_band`); ``budgets``
-    maps an arm's name to its env steps per run (:func:`demo2rl.groups.arm_budget`);
+    maps an arm's name to its env steps per run (:meth:`demo2rl.arms.Arm.budget`);
     ``wall_seconds`` and ``cpu_seconds`` map a group to its runs' mean training seconds
     (:func:`mean_seconds`); ``expert_level`` is the expert's return on the curves' tracks;
     ``cpu_runs`` maps a group to its runs' CPU seconds at their evaluation steps. Scratch PPO's

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from demo2rl import arms
 from demo2rl.config import ConfigError
 from demo2rl.names import BASE_VARIANT
 from demo2rl.workflow import graph
@@ -221,6 +222,32 @@ def schema_leaves(node: Mapping[str, Any], prefix: str = "") -> dict[str, dict[s
     return out
 
 
+def readers(leaves: Mapping[str, Mapping[str, Any]]) -> dict[str, list[tuple[str, dict[str, str]]]]:
+    """Per config key, the jobs that read it, as (rule, wildcards) selectors: its ``x-read-by``
+    entries (:func:`selector`), with ``train_rl`` on a key of ``rl`` narrowed to the arms whose
+    runs read it (:meth:`demo2rl.arms.Arm.reads_rl`, what a run's params carry), so that the
+    schema names no arm.
+
+    :param leaves: the schema's leaf keys (:func:`schema_leaves`), each with its ``x-read-by``.
+    """
+    out = {}
+    for key, spec in leaves.items():
+        found = []
+        for rule, want in map(selector, spec.get("x-read-by", [])):
+            section, _, rest = key.partition(".")
+            if rule == "train_rl" and section == "rl" and "arm" not in want:
+                section = rest.partition(".")[0]
+                arm_readers = [a.name for a in arms.REGISTRY.values() if a.reads_rl(section)]
+                if len(arm_readers) == len(arms.REGISTRY):
+                    found.append((rule, want))
+                else:
+                    found += [(rule, want | {"arm": arm}) for arm in arm_readers]
+            else:
+                found.append((rule, want))
+        out[key] = found
+    return out
+
+
 class Sharing:
     """Which variant's job each job of a variant is.
 
@@ -240,9 +267,7 @@ class Sharing:
         leaves: Mapping[str, Mapping[str, Any]],
     ) -> None:
         self.configs = dict(configs)
-        self._readers = {
-            key: [selector(s) for s in spec.get("x-read-by", [])] for key, spec in leaves.items()
-        }
+        self._readers = readers(leaves)
         self._owners: dict[tuple[str, ...], str] = {}
 
     @functools.cache  # noqa: B019  (one Sharing per workflow: it lives as long as the cache)

@@ -5,16 +5,15 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from demo2rl import arms, groups, names
+from demo2rl import arms, names
 from demo2rl.config import PolicyConfig, RLConfig, TaskConfig
 from demo2rl.spec_fields import path, result, speed
 from demo2rl.specs import common
 
 UNFINGERPRINTED_IMPORTS = {
-    "demo2rl.arms": "the check that an arm gets the clone it uses: it fails a job or lets it "
-    "run, and changes nothing the job computes",
-    "demo2rl.groups": "a getter's, run when the workflow plans: the rl slice it computes is the "
-    "job's param, which Snakemake compares itself",
+    "demo2rl.arms": "the check that an arm gets the clone it uses (it fails a job or lets it "
+    "run, and changes nothing the job computes), and a getter's, run when the workflow plans: "
+    "the rl slice it computes is the job's param, which Snakemake compares itself",
     "demo2rl.names": "run names and the getters' paths (where files are, not what they hold); "
     "the stages that name files import it themselves",
 }
@@ -61,7 +60,7 @@ class RLJob:
         lambda v, wc: v.config["policy"], of=lambda x, raw: PolicyConfig.of(x)
     )
     rl: RLConfig = result(
-        lambda v, wc: groups.arm_rl_config(v.config["rl"], wc.arm),
+        lambda v, wc: arms.get(wc.arm).rl_slice(v.config["rl"]),
         of=lambda x, raw: RLConfig.of(x),
     )
     clip_obs: float = result(lambda v, wc: v.config["bc"]["clip_obs"])

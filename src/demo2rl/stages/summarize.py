@@ -41,7 +41,7 @@ def summarize(job: SummarizeJob, run: Run) -> dict[str, Any]:
 
     ``job.progress`` are the same runs' SB3 ``progress.csv``: each run's training seconds (wall
     and CPU) and its learning curve against its training CPU seconds (``learning_curves_cpu``);
-    ``job.budgets`` maps each arm to its env steps per run (:func:`demo2rl.groups.arm_budget`).
+    ``job.budgets`` maps each arm to its env steps per run (:meth:`demo2rl.arms.Arm.budget`).
     Per RL arm its budget, its cost and how soon it reaches scratch PPO's final return and the
     expert's, in env steps and in CPU seconds, go into ``arms``
     (:func:`demo2rl.summary.arm_costs`); a figure without its input (no progress table, no

@@ -23,7 +23,6 @@ import yaml
 from demo2rl import (
     arms,
     config,
-    groups,
     names,
     probe,
     provenance,
@@ -157,7 +156,7 @@ class Variant:
         policies = names.policy_names(self.arms, cfg["rl"]["seeds"], self.dagger.rounds)
         self.policies = policies if self.expert else [p for p in policies if p != names.EXPERT]
         """The evaluated policies (the expert's only where there is one)."""
-        self.budgets = {arm: groups.arm_budget(cfg["rl"], arm) for arm in self.arms}
+        self.budgets = {arm: arms.get(arm).budget(cfg["rl"]) for arm in self.arms}
         """Env steps per run of each arm (its algorithm's budget)."""
         self.arm_looks = {arm.name: [arm.label, arm.color] for arm in map(arms.get, self.arms)}
         """How tables and figures show each arm: a param of the rules that show them (code
