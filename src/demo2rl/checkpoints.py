@@ -28,7 +28,7 @@ from stable_baselines3.common.policies import BasePolicy
 from demo2rl import provenance
 from demo2rl.config import ConfigError, PolicyConfig
 from demo2rl.dataset import describe_space, space_mismatch
-from demo2rl.io import atomic_path
+from demo2rl.io import FileProblem, atomic_path
 from demo2rl.policy import (
     ObsTransform,
     ResidualPolicy,
@@ -51,13 +51,8 @@ ARCHITECTURE_KEYS = ("net_arch", "activation")
 """Config keys that define the network's function (init-only keys do not matter once loaded)."""
 
 
-class CheckpointError(ValueError):
+class CheckpointError(FileProblem):
     """A policy checkpoint that is missing, corrupt, or does not fit the config or the task."""
-
-    def __init__(self, path: str | os.PathLike[str], problem: str) -> None:
-        super().__init__(f"{path}: {problem}")
-        self.path = Path(path)
-        self.problem = problem
 
 
 def save_checkpoint(

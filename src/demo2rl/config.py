@@ -369,10 +369,10 @@ class RLPDConfig(Section):
 
 @dataclasses.dataclass(frozen=True)
 class RLConfig(Section):
-    """``rl`` as one run reads it: rules/rl.smk gives a run its algorithm's section and its
-    arm's own section only (None for the others; an off-policy run's budget is in ``sac``, so it
-    is not given ``total_timesteps``), and neither the seed and arm lists nor ``checkpoint_every``
-    (a speed setting, passed as a resource)."""
+    """``rl`` as one run reads it (:meth:`demo2rl.arms.Arm.rl_slice`): its algorithm's section
+    and its arm's own section only (None for the others; an off-policy run's budget is in
+    ``sac``, so it is not given ``total_timesteps``), and neither the seed and arm lists nor
+    ``checkpoint_every`` (a speed setting, passed as a resource)."""
 
     PATH = "rl"
     total_timesteps: int | None

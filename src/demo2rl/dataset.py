@@ -107,13 +107,8 @@ COMPRESSIBLE = ("steps/observations", "episodes/final_observation")
 """The columns stored with the codec when they hold images."""
 
 
-class DatasetError(ValueError):
+class DatasetError(io.FileProblem):
     """A dataset file that is missing, corrupt, or not what the caller needs."""
-
-    def __init__(self, path: str | os.PathLike[str], problem: str) -> None:
-        super().__init__(f"{path}: {problem}")
-        self.path = Path(path)
-        self.problem = problem
 
 
 @dataclasses.dataclass

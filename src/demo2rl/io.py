@@ -29,6 +29,17 @@ torch.save to a path raises a RuntimeError of its C++ stream (``unexpected pos``
 write failed``) that does not say why."""
 
 
+class FileProblem(ValueError):
+    """A file that is missing, corrupt, or not what the caller needs; the message is
+    ``<path>: <problem>``. The library's file errors (:class:`demo2rl.dataset.DatasetError`,
+    :class:`demo2rl.checkpoints.CheckpointError`) are this, named for what the file is."""
+
+    def __init__(self, path: str | os.PathLike[str], problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = Path(path)
+        self.problem = problem
+
+
 class DiskFull(OSError):
     """A file that did not fit on its filesystem (``errno`` ENOSPC, or EDQUOT: over quota).
 

@@ -1,6 +1,7 @@
 """The names of a workflow's evaluated policies and RL runs, built and parsed here only.
 
-(The fixed files of the other stages, such as ``bc/policy.pt``, are spelled once, in their rules.)
+(The fixed files of the other stages, such as ``bc/policy.pt``, are spelled in their rules and,
+for the job graph, in :data:`demo2rl.workflow.graph.KINDS`.)
 An RL run is an arm and a seed (:class:`RLRun`). It has one spelling per use:
 
 * its policy name ``rl-<arm>-seed<s>``: the evaluation record, the MLflow run, the summary;
