@@ -5,9 +5,9 @@ slowly, which arm settings work). Each variant is an arm plus overrides of the r
 config; every run uses the dataset and clone of a finished workflow run (``--results``), the
 same budget, and is evaluated like the workflow's runs (``evaluate.during_training`` episodes
 during training, ``evaluate.episodes`` at the end), but on **tuning** tracks
-(:func:`demo2rl.evaluation.tuning_seeds`, a seed block of their own): settings are chosen here,
-so the held-out tracks, on which the workflow reports, stay unseen by the choice.
-``--episodes heldout`` evaluates on the held-out tracks instead, as the workflow does (a
+(:func:`demo2rl.learning.evaluation.tuning_seeds`, a seed block of their own): settings are chosen
+here, so the held-out tracks, on which the workflow reports, stay unseen by the choice. ``--episodes
+heldout`` evaluates on the held-out tracks instead, as the workflow does (a
 variant without overrides then reuses the workflow's own run of that arm and seed).
 
     python benchmarks/arms.py --results results/racing --variants bc:log_std=-1.0 ...
@@ -20,8 +20,8 @@ evaluation, the final returns per track, the final log-std) and prints a table w
 over seeds and tracks, P(variant > its arm's control), and the cost to the first ``scratch``
 variant's final return (its mean curve's last point) in env steps and in training CPU seconds,
 each with its ratio to that scratch's own (the summary's definitions:
-:func:`demo2rl.summary.arm_costs`); and results/bench/arms-<name>-costs.png, a point per variant
-at those two costs.
+:func:`demo2rl.report.summary.arm_costs`); and results/bench/arms-<name>-costs.png, a point per
+variant at those two costs.
 """
 
 from __future__ import annotations
@@ -44,10 +44,12 @@ import pandas as pd
 import torch
 import yaml
 
-from demo2rl import acting, arms, evaluation, names, plots, provenance, rl, summary
+from demo2rl import arms, names, provenance, rl
 from demo2rl import config as config_lib
-from demo2rl.dataset import read_attrs
+from demo2rl.demos.dataset import read_attrs
 from demo2rl.io import write_json
+from demo2rl.learning import acting, evaluation
+from demo2rl.report import plots, summary
 from demo2rl.specs.train_rl import RLJob
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -82,7 +84,9 @@ def run_one(
         "config": config,
         "demos": read_attrs(f"{results}/demos/demos.h5")["content_hash"],
         "bc": hashlib.sha256(Path(f"{results}/bc/policy.pt").read_bytes()).hexdigest(),
-        "code": provenance.code_fingerprint("demo2rl.stages.train_rl", "demo2rl.evaluation"),
+        "code": provenance.code_fingerprint(
+            "demo2rl.stages.train_rl", "demo2rl.learning.evaluation"
+        ),
     }
     digest = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
     cached = CACHE / f"{digest}.json"
@@ -193,7 +197,7 @@ def _train_and_evaluate(
 
 def _with_cpu(curve: list[dict[str, Any]], progress: pd.DataFrame) -> list[dict[str, Any]]:
     """The curve's points, each with the run's training CPU seconds at its step (``cpu_s``:
-    :func:`demo2rl.summary.seconds_at` of the progress table)."""
+    :func:`demo2rl.report.summary.seconds_at` of the progress table)."""
     seconds = summary.seconds_at(progress, [p["step"] for p in curve], summary.CPU)
     if seconds is None:
         return curve
@@ -202,9 +206,9 @@ def _with_cpu(curve: list[dict[str, Any]], progress: pd.DataFrame) -> list[dict[
 
 def costs(runs: list[dict[str, Any]], variants: list[str]) -> dict[str, dict[str, Any]]:
     """Per variant, what reaching the first scratch variant's final return cost: env steps and
-    CPU seconds (its mean curve over seeds, :func:`demo2rl.summary.steps_to_reach` and
-    :func:`demo2rl.summary.seconds_to_reach`) and their ratios to that scratch's own; the same
-    to ``level`` (the expert's return on the curve tracks) where given. Empty without a scratch
+    CPU seconds (its mean curve over seeds, :func:`demo2rl.report.summary.steps_to_reach` and
+    :func:`demo2rl.report.summary.seconds_to_reach`) and their ratios to that scratch's own; the
+    same to ``level`` (the expert's return on the curve tracks) where given. Empty without a scratch
     variant."""
     scratch = next((v for v in variants if v.partition(":")[0] == arms.CONTROL), None)
     if scratch is None:
@@ -374,7 +378,7 @@ def figure(
 ) -> None:
     """The variants' mean learning curves by env steps and by training CPU seconds, with
     scratch's final return as a level, and the cost panel
-    (:func:`demo2rl.plots.learning_curves`)."""
+    (:func:`demo2rl.report.plots.learning_curves`)."""
     by_steps, by_cpu, labels = {}, {}, {}
     for name, arm, overrides in variants:
         label = labels[name] = short_label(name, arm, overrides)

@@ -1,9 +1,10 @@
 """Benchmark of the behaviour-cloning data path: samples per second of training.
 
 Three ways of feeding the same model, optimiser, batch size and training step
-(``demo2rl.bc.train_epoch``) with the training split of one dataset:
+(``demo2rl.learning.bc.train_epoch``) with the training split of one dataset:
 
-(a) ours          ``demo2rl.bc.train_bc``: the split held in memory as tensors, one randperm
+(a) ours          ``demo2rl.learning.bc.train_bc``: the split held in memory as tensors, one
+randperm
                   gather per epoch, batches are slices (its per-epoch ``samples_per_s``);
 (b) naive         a per-sample ``torch.utils.data.Dataset`` whose ``__getitem__`` reads one row
                   from the HDF5 file (opened lazily in each worker) and normalises it, behind
@@ -31,12 +32,14 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from demo2rl import bc, bc_data, collect, dataset, provenance
-from demo2rl import policy as policy_lib
+from demo2rl import provenance
 from demo2rl.config import BCConfig, PolicyConfig
 from demo2rl.config import load as load_config
+from demo2rl.demos import collect, dataset
 from demo2rl.io import write_json
-from demo2rl.policy import ObsNormalizer, build_policy, resolve_device, scale_actions
+from demo2rl.learning import bc, bc_data
+from demo2rl.learning import policy as policy_lib
+from demo2rl.learning.policy import ObsNormalizer, build_policy, resolve_device, scale_actions
 
 ENV_ID = "Racing-v0"
 EXPERT = "demo2rl.experts.racing:pure_pursuit"

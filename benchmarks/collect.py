@@ -1,7 +1,7 @@
 """Collection speed: our batched path against its limit and against the design it replaces.
 
 (a) limit: the batched env stepped by the batched expert, nothing recorded;
-(b) ours: demo2rl.collect.collect_shard + dataset.write (HDF5), the rule's code path;
+(b) ours: demo2rl.demos.collect.collect_shard + dataset.write (HDF5), the rule's code path;
 (c) naive: a multiprocessing.Pool with one task per episode, each stepping a single
     gymnasium.Env with the expert called per step, appending to lists, then saving to HDF5;
 (d) scaling: 2 shards in 2 processes against 1 shard in 1 process, same episodes.
@@ -24,7 +24,8 @@ import numpy as np
 from _common import machine, report
 from gymnasium.vector import AutoresetMode
 
-from demo2rl import collect, dataset, seeds, tasks
+from demo2rl import seeds, tasks
+from demo2rl.demos import collect, dataset
 
 ENV_ID = "Racing-v0"
 EXPERT = "demo2rl.experts.racing:pure_pursuit"

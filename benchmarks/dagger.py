@@ -5,8 +5,8 @@ Reads finished runs of ``config/dagger-pixels.yaml`` (one per base seed: ``seed:
 "run" per base seed: a policy's scores are a ``(seeds, held-out episodes)`` matrix, row ``s``
 the held-out tracks of seed ``s`` (every policy of one seed ran the same tracks), so that the
 bootstrap resamples whole seeds (which demonstrations, which DAgger episodes) and episodes
-(:func:`demo2rl.summary.compare`). It reports, per policy, the expert calls it cost (steps the
-expert acted or labelled: the dataset's steps, and each DAgger round's) and its IQM return with
+(:func:`demo2rl.report.summary.compare`). It reports, per policy, the expert calls it cost (steps
+the expert acted or labelled: the dataset's steps, and each DAgger round's) and its IQM return with
 its interval, against the expert's IQM; P(DAgger's last round > the plain clone of the same
 demonstrations); and draws the classic comparison, return against expert calls, to
 ``--figure``. Figures to ``results/bench/dagger.json``. Usage::
@@ -25,7 +25,9 @@ from typing import Any
 import numpy as np
 from _common import machine, report
 
-from demo2rl import dataset, names, summary
+from demo2rl import names
+from demo2rl.demos import dataset
+from demo2rl.report import summary
 
 
 def policies(run: Path) -> dict[str, tuple[int, np.ndarray]]:

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 from _common import machine, report
 
-from demo2rl import collect, dataset, minari_io
+from demo2rl.demos import collect, dataset, minari_io
 
 ENV_ID = "Racing-v0"
 EXPERT = "demo2rl.experts.racing:pure_pursuit"
@@ -51,7 +51,7 @@ a = json.loads(sys.argv[1])
 if a["arm"] == "load":
     import minari
 else:
-    from demo2rl import dataset, minari_io
+    from demo2rl.demos import dataset, minari_io
 
 def status(field):
     with open("/proc/self/status") as f:

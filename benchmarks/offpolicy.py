@@ -48,7 +48,8 @@ from stable_baselines3.common.logger import configure
 from stable_baselines3.common.vec_env import VecNormalize
 
 import demo2rl.envs  # noqa: F401  (registers Racing-v0)
-from demo2rl import arms, config, policy, vec
+from demo2rl import arms, config
+from demo2rl.learning import policy, vec
 from demo2rl.rl import recipe, replay, resume_point, trainer
 from demo2rl.rl.sac import FastSAC
 

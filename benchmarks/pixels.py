@@ -61,10 +61,12 @@ from _common import BENCH_DIR, machine, report
 from stable_baselines3 import PPO
 from torch.utils.data import DataLoader, Dataset
 
-from demo2rl import arms, bc, bc_data, collect, dataset, tasks
-from demo2rl import policy as policy_lib
+from demo2rl import arms, tasks
 from demo2rl.config import PolicyConfig, RLConfig, TaskConfig
 from demo2rl.config import load as load_config
+from demo2rl.demos import collect, dataset
+from demo2rl.learning import bc, bc_data
+from demo2rl.learning import policy as policy_lib
 from demo2rl.rl import recipe
 
 CONFIG = load_config(Path(__file__).resolve().parents[1] / "config" / "pixels.yaml")
@@ -77,7 +79,7 @@ CPU = torch.device("cpu")
 # subprocess bodies whose peak RSS is measured (argv[1]: JSON arguments; "run": false imports only)
 MERGE_CHILD = """
 import json, sys
-from demo2rl import dataset
+from demo2rl.demos import dataset
 a = json.loads(sys.argv[1])
 if a["run"]:
     dataset.merge_files(a["shards"], a["out"], n_episodes=a["n_episodes"],
@@ -86,7 +88,8 @@ if a["run"]:
 TRAIN_BC_CHILD = """
 import json, sys
 import torch
-from demo2rl import bc, dataset, policy
+from demo2rl.learning import bc, policy
+from demo2rl.demos import dataset
 from demo2rl.config import BCConfig, PolicyConfig
 a = json.loads(sys.argv[1])
 torch.set_num_threads(1)
@@ -256,7 +259,7 @@ def data_figures(workdir: Path, args: argparse.Namespace) -> dict[str, Any]:
             "expert": TASK.expert.entry_point,
             "expert_input": TASK.expert.input,
             "measured": "merge: peak RSS of a fresh python running dataset.merge_files (gzip) "
-            "minus that of one importing demo2rl.dataset only (min over repeats), os.wait4",
+            "minus that of one importing demo2rl.demos.dataset only (min over repeats), os.wait4",
         },
     }
 

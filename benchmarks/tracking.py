@@ -48,7 +48,7 @@ from unittest import mock
 
 from _common import BENCH_DIR, machine, report
 
-from demo2rl import arms, collect, dataset, names, provenance, tracking
+from demo2rl import arms, names, provenance, tracking
 from demo2rl.config import (
     BCConfig,
     CollectConfig,
@@ -59,6 +59,7 @@ from demo2rl.config import (
     TrackingConfig,
 )
 from demo2rl.config import load as load_config
+from demo2rl.demos import collect, dataset
 from demo2rl.specs.train_bc import BCJob
 from demo2rl.specs.train_rl import RLJob
 from demo2rl.stages import train_bc as bc_stage

@@ -1,7 +1,7 @@
 """Rule plot_summary: learning curves and final returns, drawn from summary.json."""
 
-from demo2rl.runner import job
 from demo2rl.stages import plot_summary as stage
+from demo2rl.workflow.runner import job
 
 with job(snakemake, stage="plot", run_name="plot-summary") as run:
     stage.plot_summary(

@@ -3,8 +3,8 @@
 import sys
 
 from demo2rl import rl
-from demo2rl.runner import run_rule
 from demo2rl.stages import train_rl as stage
+from demo2rl.workflow.runner import run_rule
 
 try:
     run_rule(snakemake, stage.train_rl)

@@ -15,8 +15,9 @@ from conftest import isolated_tracking_env
 from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
-from demo2rl import arms, names, summary, tracking
+from demo2rl import arms, names, tracking
 from demo2rl.config import TrackingConfig
+from demo2rl.report import summary
 from demo2rl.specs.summarize import SummarizeJob
 from demo2rl.stages import summarize
 from demo2rl.tracking import lineage, ui

@@ -17,24 +17,13 @@ import yaml
 from conftest import REPO
 from test_rl import POLICY_CFG, RL_CFG, dataset_and_clone, job
 
-from demo2rl import (
-    acting,
-    arms,
-    checkpoints,
-    config,
-    dataset,
-    evaluation,
-    groups,
-    names,
-    policy,
-    probe,
-    provenance,
-    rl,
-    summary,
-    tasks,
-)
+from demo2rl import arms, config, names, provenance, rl, tasks
+from demo2rl.demos import dataset
+from demo2rl.learning import acting, checkpoints, evaluation, policy
+from demo2rl.report import groups, summary
 from demo2rl.specs.train_rl import RLJob
 from demo2rl.stages import train_rl as train_rl_stage
+from demo2rl.workflow import probe
 
 CARTPOLE = ("CartPole-v1", {})
 
@@ -198,7 +187,7 @@ def test_a_toy_arm_runs_through_the_trainer_and_the_summary(toy_arm, cartpole, t
 def test_all_leaves_out_an_arm_the_task_cannot_use_and_a_named_one_is_an_error(toy_arm, caplog):
     cfg = config.load(yaml.safe_load((REPO / "config" / "cartpole.yaml").read_text()))
     cfg["rl"]["arms"] = probe.ALL_ARMS
-    with caplog.at_level(logging.WARNING, logger="demo2rl.probe"):
+    with caplog.at_level(logging.WARNING, logger="demo2rl.workflow.probe"):
         found = probe.probe_task(cfg)
     # every built-in PPO arm applies to Discrete actions; the SAC arms do not (SAC's actor is a
     # squashed Gaussian), and all leaves them out saying so
@@ -230,7 +219,7 @@ def test_an_unbounded_box_is_refused_to_the_off_policy_arms_saying_bounded_box(c
             ):
                 probe.resolve_arms([name, "scratch"], space, "Free-v0")
     assert probe.resolve_arms(["bc", "scratch"], unbounded, "Free-v0") == ("bc", "scratch")
-    with caplog.at_level(logging.WARNING, logger="demo2rl.probe"):
+    with caplog.at_level(logging.WARNING, logger="demo2rl.workflow.probe"):
         chosen = probe.resolve_arms(probe.ALL_ARMS, unbounded, "Free-v0")
     assert "rlpd" not in chosen and "sac" not in chosen and "scratch" in chosen
     assert "leaves out the rlpd arm: it supports bounded Box actions" in caplog.text

@@ -14,8 +14,11 @@ import numpy as np
 import pytest
 import torch
 
-from demo2rl import acting, bc, bc_data, collect, dataset, plots, rollout, seeds, tasks
-from demo2rl import policy as P
+from demo2rl import seeds, tasks
+from demo2rl.demos import collect, dataset, rollout
+from demo2rl.learning import acting, bc, bc_data
+from demo2rl.learning import policy as P
+from demo2rl.report import plots
 
 ENV_ID = "Racing-v0"
 ENV_KWARGS = {"max_steps": 200}
@@ -101,7 +104,7 @@ def test_same_seed_gives_bitwise_identical_weights_whatever_the_threads(racing_d
 
 def test_streaming_path_trains_like_the_memory_path(racing_file, caplog):
     memory = bc.train_bc(racing_file, policy_cfg=POLICY_CFG, bc_cfg=FAST, seed=1, threads=1)
-    with caplog.at_level(logging.INFO, logger="demo2rl.bc"):
+    with caplog.at_level(logging.INFO, logger="demo2rl.learning.bc"):
         stream = bc.train_bc(
             racing_file,
             policy_cfg=POLICY_CFG,
@@ -127,7 +130,7 @@ def test_streaming_path_trains_like_the_memory_path(racing_file, caplog):
 def test_early_stopping_keeps_the_best_weights(racing_demos, caplog):
     records = []
     cfg = dataclasses.replace(FAST, max_epochs=30, patience=1, learning_rate=0.05)
-    with caplog.at_level(logging.INFO, logger="demo2rl.bc"):
+    with caplog.at_level(logging.INFO, logger="demo2rl.learning.bc"):
         result = bc.train_bc(
             racing_demos,
             policy_cfg=POLICY_CFG,
@@ -234,7 +237,7 @@ def test_a_nan_observation_fails_naming_the_file_the_field_and_the_row(
     episode = int(demos.split["train"][1])
     demos.steps["observations"][episode * 20 + 7, 1] = np.nan
     path = tmp_path / "nan.h5"
-    with caplog.at_level(logging.INFO, logger="demo2rl.bc"):
+    with caplog.at_level(logging.INFO, logger="demo2rl.learning.bc"):
         message = _refused(path, demos, memory_fraction)
     assert ("streaming" in caplog.text) == (memory_fraction == 1e-12)
     where = f"step row {episode * 20 + 7} (episode {episode}, its step 7, training split)"

@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from demo2rl import collect, dataset, rollout, seeds, tasks
+from demo2rl import seeds, tasks
+from demo2rl.demos import collect, dataset, rollout
 
 sys.path.insert(0, str(Path(__file__).parent))  # user_tasks, a user's own task module
 

@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 from test_plots import assert_png
 
-from demo2rl import groups, summary, tracking
+from demo2rl import tracking
+from demo2rl.report import groups, summary
 from demo2rl.specs.compare_variants import CompareJob
 from demo2rl.specs.summarize import SummarizeJob
 from demo2rl.stages import compare_variants as compare_stage

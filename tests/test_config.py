@@ -309,7 +309,8 @@ def test_spelt_twice_on_purpose_agree():
     """Two constants kept beside the code that reads them, each a copy of its source: the most
     DAgger rounds (the schema's maximum), and the Minari source prefix (planning a collected
     dataset must not import Minari)."""
-    from demo2rl import minari_io, names, sources
+    from demo2rl import names
+    from demo2rl.demos import minari_io, sources
 
     schema = yaml.safe_load(config.SCHEMA.read_text())
     dagger = schema["properties"]["bc"]["properties"]["dagger"]["properties"]

@@ -15,18 +15,10 @@ import numpy as np
 import pytest
 import torch
 
-from demo2rl import (
-    checkpoints,
-    collect,
-    dagger,
-    dataset,
-    deadline,
-    evaluation,
-    rollout,
-    seeds,
-    tasks,
-)
-from demo2rl import policy as P
+from demo2rl import deadline, seeds, tasks
+from demo2rl.demos import collect, dataset, rollout
+from demo2rl.learning import checkpoints, dagger, evaluation
+from demo2rl.learning import policy as P
 
 sys.path.insert(0, str(Path(__file__).parent))  # probe_tasks: a learner that hangs
 

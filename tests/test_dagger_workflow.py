@@ -18,7 +18,8 @@ import yaml
 from conftest import TEST_CONFIG, copy_run, snakemake, untracked
 from test_faults import WRITTEN, kill_while_writing, temp_files, unlock
 
-from demo2rl import dataset, names, tasks
+from demo2rl import names, tasks
+from demo2rl.demos import dataset
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("dagger-workflow")]
 

@@ -9,7 +9,7 @@ import h5py
 import numpy as np
 import pytest
 
-from demo2rl import dataset
+from demo2rl.demos import dataset
 
 
 def make_demos(n_episodes: int = 4, first: int = 0, seed: int = 0) -> dataset.Demos:

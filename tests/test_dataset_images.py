@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from test_dataset import make_demos
 
-from demo2rl import dataset
+from demo2rl.demos import dataset
 
 FRAME = (16, 16, 3)
 
@@ -241,7 +241,7 @@ MEMORY_FRAME = (64, 64, 3)
 MEMORY_STEPS = 1000  # frames a shard: 12.3 MB raw, three times a copy block
 CHILD = """
 import json, sys
-from demo2rl import dataset
+from demo2rl.demos import dataset
 from demo2rl.specs.merge_demos import MergeJob
 from demo2rl.stages import merge_demos as stage
 

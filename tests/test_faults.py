@@ -34,7 +34,8 @@ from conftest import BIN, REPO, TEST_CONFIG, copy_run, isolated_tracking_env, sn
 from test_dataset_images import make_image_demos
 from user_tasks import nan_reward_step
 
-from demo2rl import collect, dataset, io, seeds
+from demo2rl import io, seeds
+from demo2rl.demos import collect, dataset
 
 pytestmark = pytest.mark.integration
 CONFIG = yaml.safe_load(TEST_CONFIG.read_text())
@@ -393,7 +394,7 @@ def test_a_nan_reward_fails_collection_naming_the_env_episode_and_step(tmp_path)
     assert first != episodes.start, "the test should name an episode other than the shard's first"
     log = (tmp_path / "results" / exp / "logs" / "collect_shard" / f"{shard}.log").read_text()
     message = (
-        f"demo2rl.rollout.RolloutError: {env_id} returned a non-finite reward (NaN or inf) "
+        f"demo2rl.demos.rollout.RolloutError: {env_id} returned a non-finite reward (NaN or inf) "
         f"in episode {first} (seed {ep_seeds[first]}) at step {step}"
     )
     assert log.rstrip().splitlines()[-1] == message, log[-2000:]
@@ -532,8 +533,8 @@ def test_a_policy_checkpoint_that_fills_the_disk(tmp_path, tmpfs):
     weights, on a disk with 64 KiB free."""
     from configs import policy as policy_config
 
-    from demo2rl import checkpoints
-    from demo2rl import policy as P
+    from demo2rl.learning import checkpoints
+    from demo2rl.learning import policy as P
 
     cfg = policy_config(net_arch={"pi": [256, 256], "vf": [256, 256]})
     obs, act = gym.spaces.Box(-1, 1, (3,), np.float32), gym.spaces.Box(-1, 1, (1,), np.float32)
@@ -627,14 +628,14 @@ def _summary_csv(path: Path) -> None:
 
 
 def _figure(path: Path) -> None:
-    from demo2rl import plots
+    from demo2rl.report import plots
 
     history = [{"epoch": e, "train_nll": 1 / e, "valid_nll": 1.1 / e} for e in range(1, 40)]
     plots.loss_curves(history, path)
 
 
 def _animation(path: Path) -> None:
-    from demo2rl import plots
+    from demo2rl.report import plots
 
     rng = np.random.default_rng(0)
     plots.animation(list(rng.integers(0, 256, (4, 64, 64, 3), dtype=np.uint8)), path, fps=10)

@@ -23,7 +23,8 @@ from conftest import REPO, TEST_CONFIG, snakemake, untracked
 from test_dataset_images import child_peak_rss
 from test_minari_io import make_minari
 
-from demo2rl import dataset, minari_io, names, rollout, tasks
+from demo2rl import names, tasks
+from demo2rl.demos import dataset, minari_io, rollout
 
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("import-workflow")]
 

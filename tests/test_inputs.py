@@ -14,7 +14,7 @@ import torch
 import yaml
 from conftest import TEST_CONFIG, copy_run, snakemake
 
-from demo2rl import dataset
+from demo2rl.demos import dataset
 
 pytestmark = pytest.mark.integration
 CONFIG = yaml.safe_load(TEST_CONFIG.read_text())

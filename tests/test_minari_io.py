@@ -22,7 +22,7 @@ from test_collect import EXPERT, RACING
 from test_dataset import make_demos
 from test_dataset_images import make_image_demos
 
-from demo2rl import collect, dataset, minari_io
+from demo2rl.demos import collect, dataset, minari_io
 
 OBS = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
 ACT = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)

@@ -24,8 +24,9 @@ import yaml
 from conftest import BIN, REPO, TEST_CONFIG, isolated_tracking_env, snakemake, unavailable
 from mlflow.exceptions import MlflowException
 
-from demo2rl import dataset, tracking
+from demo2rl import tracking
 from demo2rl.config import TrackingConfig
+from demo2rl.demos import dataset
 from demo2rl.tracking import lineage, store
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("mlflow-server")]

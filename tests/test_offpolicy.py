@@ -28,7 +28,9 @@ from test_rl import (
     typed,
 )
 
-from demo2rl import arms, checkpoints, dataset, policy, rl
+from demo2rl import arms, rl
+from demo2rl.demos import dataset
+from demo2rl.learning import checkpoints, policy
 from demo2rl.rl import recipe, replay
 
 GAMMA = 0.5

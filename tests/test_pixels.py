@@ -17,21 +17,9 @@ import torch
 from stable_baselines3.common.preprocessing import is_image_space, is_image_space_channels_first
 from test_rl import RL_CFG, dataset_and_clone, job
 
-from demo2rl import (
-    acting,
-    arms,
-    augment,
-    bc,
-    bc_data,
-    checkpoints,
-    dataset,
-    observations,
-    policy,
-    rl,
-    rollout,
-    tasks,
-    vec,
-)
+from demo2rl import arms, observations, rl, tasks
+from demo2rl.demos import dataset, rollout
+from demo2rl.learning import acting, augment, bc, bc_data, checkpoints, policy, vec
 from demo2rl.observations import ObservationKind
 from demo2rl.stages import train_rl as train_rl_stage
 

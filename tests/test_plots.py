@@ -11,9 +11,9 @@ import yaml
 from conftest import TEST_CONFIG
 from PIL import Image
 
-from demo2rl import plots
 from demo2rl.envs.render import render_rgb
 from demo2rl.envs.tracks import make_track
+from demo2rl.report import plots
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 EXP = yaml.safe_load(TEST_CONFIG.read_text())["experiment"]

@@ -1,5 +1,5 @@
 """The shared policy: SB3 compatibility, normalisation, action scaling, acting, checkpoints
-(demo2rl.policy, demo2rl.acting, demo2rl.checkpoints)."""
+(demo2rl.learning.policy, demo2rl.learning.acting, demo2rl.learning.checkpoints)."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 from torch import nn
 
-from demo2rl import acting, checkpoints
-from demo2rl import policy as P
 from demo2rl.config import ConfigError
-from demo2rl.dataset import describe_space
+from demo2rl.demos.dataset import describe_space
+from demo2rl.learning import acting, checkpoints
+from demo2rl.learning import policy as P
 
 CFG = configs.policy(net_arch={"pi": [32, 32], "vf": [16]}, activation="relu", log_std_init=-0.5)
 OBS = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)

@@ -13,8 +13,10 @@ import yaml
 from conftest import REPO, TEST_CONFIG, snakemake
 
 from demo2rl import config as config_lib
-from demo2rl import probe, tasks, variants, vec_env_choice
+from demo2rl import tasks
 from demo2rl.config import ConfigError
+from demo2rl.learning import vec_env_choice
+from demo2rl.workflow import probe, variants
 
 TESTS = Path(__file__).parent
 sys.path.insert(0, str(TESTS))  # probe_tasks, a user's own (bad) task module

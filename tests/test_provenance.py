@@ -141,6 +141,6 @@ def test_the_library_declares_what_its_training_rules_leave_out():
     that a training rule runs, are declared; the report's replay draws with the renderer."""
     task = tasks.entry_point_modules("Racing-v0", "demo2rl.experts.racing:pure_pursuit")
     evaluate = provenance.code_modules("demo2rl.stages.evaluate", *task)
-    assert {"demo2rl.envs.racing", "demo2rl.policy"} <= set(evaluate)
+    assert {"demo2rl.envs.racing", "demo2rl.learning.policy"} <= set(evaluate)
     assert not [m for m in evaluate if m == "demo2rl.envs.render" or m.startswith("demo2rl.rl")]
     assert "demo2rl.envs.render" in provenance.code_modules("demo2rl.stages.plot_racing", *task)

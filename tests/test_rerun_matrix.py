@@ -5,7 +5,7 @@ What a change should rerun, as a reader can see it:
 
 * config keys: ``x-read-by`` on every leaf key of config/schema.yaml (rules whose params hold
   it; ``train_rl`` on a key of ``rl``: the runs of the arms that read it,
-  :func:`demo2rl.variants.readers`);
+  :func:`demo2rl.workflow.variants.readers`);
 * library modules: the modules themselves, their imports and their declarations about their
   fingerprint (:data:`demo2rl.provenance.DECLARATIONS`), from which :data:`MODULES` derives the
   rules whose code fingerprint covers each module.
@@ -51,8 +51,9 @@ from conftest import REPO, TEST_CONFIG, checked, run_call, snakemake, snakemake_
 from snakemake.utils import validate
 from warm_snakemake import Call, warm_pool
 
-from demo2rl import names, provenance, variants
+from demo2rl import names, provenance
 from demo2rl.config import load as load_config
+from demo2rl.workflow import variants
 from demo2rl.workflow.plan import Plan
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.xdist_group("rerun-matrix")]

@@ -56,9 +56,9 @@ import torch
 import yaml
 from conftest import REPO, TEST_CONFIG, copy_run, snakemake, untracked
 
-from demo2rl import dataset
 from demo2rl.arms import BUILTIN as ARMS
 from demo2rl.arms import get as get_arm
+from demo2rl.demos import dataset
 from demo2rl.tracking.lineage import sidecar_path
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -245,7 +245,7 @@ def _record(**what):
 
 
 if _log and _rule in ("collect_shard", "train_bc", "train_rl", "evaluate"):
-    from demo2rl import rollout
+    from demo2rl.demos import rollout
 
     _run_episodes = rollout.run_episodes
 

@@ -20,22 +20,9 @@ import pytest
 import torch
 from conftest import checkpointed_step
 
-from demo2rl import (
-    acting,
-    arms,
-    bc,
-    checkpoints,
-    collect,
-    config,
-    dataset,
-    evaluation,
-    guidance,
-    policy,
-    rl,
-    seeds,
-    tasks,
-    vec,
-)
+from demo2rl import arms, config, rl, seeds, tasks
+from demo2rl.demos import collect, dataset
+from demo2rl.learning import acting, bc, checkpoints, evaluation, guidance, policy, vec
 from demo2rl.rl import trainer
 from demo2rl.specs.train_rl import RLJob
 from demo2rl.stages import train_rl as train_rl_stage

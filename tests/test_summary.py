@@ -20,9 +20,12 @@ from PIL import Image
 from rliable import metrics as rly
 
 from demo2rl import arms as arms_lib
-from demo2rl import dataset, evaluation, groups, names, rollout, seeds, summary, tasks
-from demo2rl import racing_replay as replay
+from demo2rl import names, seeds, tasks
 from demo2rl.config import TrackingConfig
+from demo2rl.demos import dataset, rollout
+from demo2rl.learning import evaluation
+from demo2rl.report import groups, summary
+from demo2rl.report import racing_replay as replay
 from demo2rl.specs.summarize import SummarizeJob
 
 CONFIG = yaml.safe_load(TEST_CONFIG.read_text())
@@ -612,9 +615,9 @@ def test_mlflow_has_the_evaluations_and_the_summary_on_the_parent(test_workflow:
     # (variant, policy) -> its evaluation's run: a variant's own evaluations (the warm-start
     # arm's, for the test config's variant) have the base's policy names
     evals = {
-        (r.data.tags["demo2rl.variant"], r.data.tags["demo2rl.policy"]): r
+        (r.data.tags["demo2rl.variant"], r.data.tags["demo2rl.learning.policy"]): r
         for r in all_runs
-        if "demo2rl.policy" in r.data.tags
+        if "demo2rl.learning.policy" in r.data.tags
         and r.data.tags["mlflow.parentRunId"] == parent.info.run_id
     }
     saved = {

@@ -24,8 +24,11 @@ import yaml
 from conftest import BIN, TEST_CONFIG, snakemake_call, untracked
 
 from demo2rl import config as config_lib
-from demo2rl import deadline, probe, rollout, seeds, spec_fields, tasks, vec
+from demo2rl import deadline, seeds, spec_fields, tasks
 from demo2rl.config import ConfigError
+from demo2rl.demos import rollout
+from demo2rl.learning import vec
+from demo2rl.workflow import probe
 
 TESTS = Path(__file__).parent
 sys.path.insert(0, str(TESTS))  # probe_tasks: the hanging tasks and experts

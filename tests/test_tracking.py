@@ -319,7 +319,7 @@ def test_a_job_without_tracking_never_imports_mlflow(tmp_path):
     out.write_bytes(b"")
     lineage.sidecar_path(out).write_text("{}")
     code = (
-        "import pkgutil, sys, demo2rl.runner, demo2rl.stages as s\n"
+        "import pkgutil, sys, demo2rl.workflow.runner, demo2rl.stages as s\n"
         "for m in pkgutil.iter_modules(s.__path__): __import__(f'{s.__name__}.{m.name}')\n"
         "from demo2rl import tracking\n"
         f"with tracking.untracked_run([{str(out)!r}]) as run:\n"

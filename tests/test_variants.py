@@ -1,7 +1,7 @@
 """Config variants: how the `variants` section declares them, and which jobs each shares.
 
-The unit tests call demo2rl.variants; the workflow tests run the real workflow on a copy of the
-session's finished run of the test config (which declares one variant).
+The unit tests call demo2rl.workflow.variants; the workflow tests run the real workflow on a copy of
+the session's finished run of the test config (which declares one variant).
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ from mlflow.tracking import MlflowClient
 from test_rerun_matrix import dry_run_jobs
 from test_reruns import assert_same, comparable
 
-from demo2rl import arms, config, variants
+from demo2rl import arms, config
 from demo2rl.config import ConfigError
+from demo2rl.workflow import variants
 
 SCHEMA = yaml.safe_load((REPO / "config" / "schema.yaml").read_text())
 LEAVES = variants.schema_leaves(SCHEMA)

@@ -15,8 +15,10 @@ import torch
 import yaml
 from conftest import REPO, TEST_CONFIG, snakemake, untracked
 
-from demo2rl import arms, dataset, evaluation, names, seeds, tasks
+from demo2rl import arms, names, seeds, tasks
 from demo2rl.arms import BUILTIN as ARMS
+from demo2rl.demos import dataset
+from demo2rl.learning import evaluation
 
 pytestmark = pytest.mark.integration
 CONFIG = yaml.safe_load(TEST_CONFIG.read_text())

@@ -6,8 +6,8 @@ from __future__ import annotations
 import yaml
 from conftest import REPO
 
-from demo2rl import config, variants
-from demo2rl.workflow import graph
+from demo2rl import config
+from demo2rl.workflow import graph, variants
 
 SCHEMA = yaml.safe_load((REPO / "config" / "schema.yaml").read_text())
 LEAVES = variants.schema_leaves(SCHEMA)

@@ -11,8 +11,8 @@ and the ``arm`` wildcard), its label and colour (in every table and figure), its
 control, the ``rl`` config section that only its runs read, whether it needs the behaviour clone
 (the rules' inputs), which action spaces it supports (the task probe) and where its start lives
 (the function that builds its model, in :mod:`demo2rl.rl.recipe`). The summary's groups and
-comparisons (:mod:`demo2rl.groups`), the figures' colours, the probe's checks, the rules' inputs
-and the trainer's start all derive from :data:`REGISTRY`; nothing else names an arm.
+comparisons (:mod:`demo2rl.report.groups`), the figures' colours, the probe's checks, the rules'
+inputs and the trainer's start all derive from :data:`REGISTRY`; nothing else names an arm.
 
 A built-in arm names its start function in :mod:`demo2rl.rl.recipe` (an arm registered from
 elsewhere gives the function itself). So this module stays light (the rules, the probe and the
@@ -118,8 +118,8 @@ class Arm:
         ``checkpoint_every`` (a speed setting), of the algorithms' sections (:data:`ALGORITHMS`)
         only its own algorithm's (an off-policy arm's budget is in it, so not
         ``total_timesteps`` either), and of the arms' own sections (:func:`sections`) only its
-        own. The one statement of what an arm's job reads of ``rl``: its params
-        (:meth:`rl_slice`) and which variants share its runs (:mod:`demo2rl.variants`)."""
+        own. The one statement of what an arm's job reads of ``rl``: its params (:meth:`rl_slice`)
+        and which variants share its runs (:mod:`demo2rl.workflow.variants`)."""
         if key in {"seeds", "arms", "checkpoint_every"}:
             return False
         if key in ALGORITHMS.values():

@@ -244,13 +244,13 @@ class PolicyConfig(Section):
 
 EXPERT_SOURCE = "expert"
 """``collect.source`` of demonstrations collected from the task's expert (any other value names
-a dataset to import: :mod:`demo2rl.minari_io`)."""
+a dataset to import: :mod:`demo2rl.demos.minari_io`)."""
 
 
 @dataclasses.dataclass(frozen=True)
 class DaggerConfig(Section):
-    """``bc.dagger``: DAgger rounds after the clone (see :mod:`demo2rl.dagger`). A round's jobs
-    read ``episodes``, ``n_shards`` and ``beta_decay``, never ``rounds``: raising it only adds
+    """``bc.dagger``: DAgger rounds after the clone (see :mod:`demo2rl.learning.dagger`). A round's
+    jobs read ``episodes``, ``n_shards`` and ``beta_decay``, never ``rounds``: raising it only adds
     rounds."""
 
     PATH = "bc.dagger"
@@ -262,8 +262,8 @@ class DaggerConfig(Section):
 
 @dataclasses.dataclass(frozen=True)
 class BCConfig(Section):
-    """``bc``: behaviour cloning (see :mod:`demo2rl.bc`). A clone's job is given the section
-    without ``dagger`` (None here), which only the DAgger rounds' own jobs read."""
+    """``bc``: behaviour cloning (see :mod:`demo2rl.learning.bc`). A clone's job is given the
+    section without ``dagger`` (None here), which only the DAgger rounds' own jobs read."""
 
     PATH = "bc"
     device: str

@@ -14,8 +14,8 @@ interpreter runs again. What follows from that:
 * the previous ``SIGALRM`` handler and timer are restored after the call (an outer timer is
   re-armed with what is left of it).
 
-Calls in worker processes (:class:`demo2rl.vec.WorkerPoolVecEnv`) are limited without signals:
-the parent waits on each worker's pipe with ``Connection.poll(timeout)`` and raises
+Calls in worker processes (:class:`demo2rl.learning.vec.WorkerPoolVecEnv`) are limited without
+signals: the parent waits on each worker's pipe with ``Connection.poll(timeout)`` and raises
 :class:`UserCodeTimeout` (:func:`message`) when a worker misses it.
 """
 

@@ -31,8 +31,8 @@ write failed``) that does not say why."""
 
 class FileProblem(ValueError):
     """A file that is missing, corrupt, or not what the caller needs; the message is
-    ``<path>: <problem>``. The library's file errors (:class:`demo2rl.dataset.DatasetError`,
-    :class:`demo2rl.checkpoints.CheckpointError`) are this, named for what the file is."""
+    ``<path>: <problem>``. The library's file errors (:class:`demo2rl.demos.dataset.DatasetError`,
+    :class:`demo2rl.learning.checkpoints.CheckpointError`) are this, named for what the file is."""
 
     def __init__(self, path: str | os.PathLike[str], problem: str) -> None:
         super().__init__(f"{path}: {problem}")

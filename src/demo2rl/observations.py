@@ -1,11 +1,11 @@
 """What the workflow does with a task's observations, decided in one place from their space.
 
-An observation space is read as images or as a vector, and four modules ask questions of that
-kind: the network (:mod:`demo2rl.policy`: a CNN or an MLP, the observation transform), the task
-probe (:mod:`demo2rl.probe`: the clear error for what looks like images but is not one), the
-dataset (:mod:`demo2rl.dataset`: which columns are compressed) and the RL recipes
-(:mod:`demo2rl.rl.recipe`: what stable-baselines3 scales by 1/255). :class:`ObservationKind`
-answers each of them. The questions are not the same test: they agree on every space the probe
+An observation space is read as images or as a vector, and four modules ask questions of that kind:
+the network (:mod:`demo2rl.learning.policy`: a CNN or an MLP, the observation transform), the task
+probe (:mod:`demo2rl.workflow.probe`: the clear error for what looks like images but is not one),
+the dataset (:mod:`demo2rl.demos.dataset`: which columns are compressed) and the RL recipes
+(:mod:`demo2rl.rl.recipe`: what stable-baselines3 scales by 1/255). :class:`ObservationKind` answers
+each of them. The questions are not the same test: they agree on every space the probe
 accepts, and each says where it differs from :attr:`ObservationKind.image`.
 
 Kept free of torch and stable-baselines3, so that collection need not import them; a test checks

@@ -23,7 +23,7 @@ from demo2rl.observations import Layout, ObservationKind
 PolicyFn = Callable[[np.ndarray], np.ndarray]
 """Any batched policy as a function, observations ``(B, *obs_shape)`` in, actions
 ``(B, *act_shape)`` out: an expert (:func:`load_expert`) or a network's actor
-(:func:`demo2rl.acting.make_actor`). The rollouts step envs with it, whichever it is."""
+(:func:`demo2rl.learning.acting.make_actor`). The rollouts step envs with it, whichever it is."""
 
 
 class TaskError(ValueError):

@@ -28,8 +28,10 @@ from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper, VecNormalize
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvObs, VecEnvStepReturn
 
-from demo2rl import arms, dataset, guidance, policy, vec
+from demo2rl import arms
 from demo2rl.config import ConfigError, PolicyConfig, RLConfig, TaskConfig, gradient_steps
+from demo2rl.demos import dataset
+from demo2rl.learning import guidance, policy, vec
 from demo2rl.observations import ObservationKind
 from demo2rl.rl import replay, sac
 
@@ -48,8 +50,8 @@ def make_training_env(
     subproc with ``n_workers`` processes), ``task.frame_stack`` frames stacked, bounded Box
     actions rescaled to [-1, 1], and the frozen observation normalisation every arm shares
     (SB3's ``VecNormalize`` with ``training=False``, holding the dataset's training-split
-    statistics, as the clone saw them), over a check that every action, observation and reward
-    is finite (:class:`CheckFinite`). Images (a :class:`demo2rl.policy.ImageObs` transform)
+    statistics, as the clone saw them), over a check that every action, observation and reward is
+    finite (:class:`CheckFinite`). Images (a :class:`demo2rl.learning.policy.ImageObs` transform)
     are not normalised: PPO itself transposes them (``VecTransposeImage``) and the network
     scales them to [0, 1]. ``action_space`` is the task's (resolved once per job).
     """
@@ -256,8 +258,9 @@ def warm_start(start: Start) -> GuidedPPO:
 
 
 def residual(start: Start) -> GuidedPPO:
-    """A fresh :class:`demo2rl.policy.ResidualPolicy`: the frozen clone's action mean (Box) or
-    logits (Discrete) plus a correction that starts near 0 (Box: SB3's 0.01-gain action layer)
+    """A fresh :class:`demo2rl.learning.policy.ResidualPolicy`: the frozen clone's action mean
+    (Box) or logits (Discrete) plus a correction that starts near 0 (Box: SB3's 0.01-gain action
+    layer)
     or at 0 (Discrete), so the arm starts at the clone's return; a Gaussian explores from
     ``residual.log_std``."""
     cfg, clone = start.settings, start.clone
@@ -357,8 +360,9 @@ class Guide:
     before the rollout the update learns from (so the first update has weight ``coef``).
 
     Two sources of (state, target) pairs: fixed ``states``/``targets`` (the demonstrations), or a
-    ``teacher`` whose :func:`demo2rl.guidance.action_targets` on the states of the latest rollout
-    are the targets (the policy's own states: kickstarting). The loss involves the mean (or the
+    ``teacher`` whose :func:`demo2rl.learning.guidance.action_targets` on the states of the latest
+    rollout are the targets (the policy's own states: kickstarting). The loss involves the mean (or
+    the
     logits), never ``log_std``, so it cannot shrink a Gaussian's exploration. The weight falls
     linearly from ``coef`` to 0 at ``decay`` of ``total`` env steps. Its gradient is added after
     PPO clips its own gradient norm.

@@ -27,7 +27,7 @@ from stable_baselines3.common.buffers import NStepReplayBuffer, ReplayBuffer
 from stable_baselines3.common.type_aliases import ReplayBufferSamples
 from stable_baselines3.common.vec_env import VecNormalize
 
-from demo2rl import augment
+from demo2rl.learning import augment
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,8 +118,8 @@ class DemoReplayBuffer(NStepReplayBuffer):
     0 makes it SB3's buffer exactly.
 
     With ``augment`` > 0 (image observations, channels first), every batch's observations and
-    next observations are shifted by up to ``augment`` pixels each way, each frame by its own
-    offset (DrQ, :mod:`demo2rl.augment`), drawn from the same numpy stream after the batch.
+    next observations are shifted by up to ``augment`` pixels each way, each frame by its own offset
+    (DrQ, :mod:`demo2rl.learning.augment`), drawn from the same numpy stream after the batch.
     """
 
     def __init__(

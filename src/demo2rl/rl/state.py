@@ -23,7 +23,8 @@ import torch
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 
-from demo2rl import checkpoints, io, locks
+from demo2rl import io, locks
+from demo2rl.learning import checkpoints
 from demo2rl.rl import replay, resume_point
 
 log = logging.getLogger(__package__)  # "demo2rl.rl", as in every job log before the split

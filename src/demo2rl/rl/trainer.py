@@ -29,7 +29,9 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.vec_env import VecEnv
 
-from demo2rl import acting, arms, checkpoints, dataset, evaluation, io, policy, seeds, tasks
+from demo2rl import arms, io, seeds, tasks
+from demo2rl.demos import dataset
+from demo2rl.learning import acting, checkpoints, evaluation, policy
 from demo2rl.observations import ObservationKind
 from demo2rl.rl import recipe, resume_point, state
 from demo2rl.rl.progress import LogLines, MetricsSink
@@ -73,7 +75,7 @@ def train_rl(
     :func:`demo2rl.rl.state.run_key`) names the run: only state recorded under the same key
     resumes. Every ``rl.eval_every`` env steps the policy drives ``job.eval_episodes`` held-out
     episodes (``eval_seeds`` instead: benchmarks/arms.py chooses settings on tuning episodes,
-    :func:`demo2rl.evaluation.tuning_seeds`). The job's speed settings (subproc workers,
+    :func:`demo2rl.learning.evaluation.tuning_seeds`). The job's speed settings (subproc workers,
     evaluation envs, checkpoint spacing) change speed and robustness, never the result of an
     uninterrupted run.
     ``log_metrics(metrics, step)`` receives every rollout's metrics.

@@ -5,8 +5,9 @@ A field's role says whether it can change the job's result, and its source where
 takes it from (:mod:`demo2rl.spec_fields`): the Plan turns each spec's result fields into its
 rule's params and its speed fields into the rule's resources; the script builds the spec back
 from the ``snakemake`` object (:func:`demo2rl.spec_fields.build`, through
-:func:`demo2rl.runner.run_rule`) and hands it to the stage. A getter reads the job's subject: its
-config variant (:class:`demo2rl.workflow.plan.Variant`), or the plan for the comparison across
+:func:`demo2rl.workflow.runner.run_rule`) and hands it to the stage. A getter reads the job's
+subject: its config variant (:class:`demo2rl.workflow.plan.Variant`), or the plan for the comparison
+across
 variants. :data:`demo2rl.specs.registry.SPECS` names each rule's spec.
 
 A stage imports its own spec's module only, so that editing one spec reruns its rule alone (this

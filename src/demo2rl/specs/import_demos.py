@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from demo2rl import sources
+from demo2rl.demos import sources
 from demo2rl.spec_fields import path, result, speed
 from demo2rl.specs import common
 

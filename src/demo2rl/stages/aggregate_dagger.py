@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from demo2rl import collect, dataset
+from demo2rl.demos import collect, dataset
 from demo2rl.specs.aggregate_dagger import AggregateJob
 
 if TYPE_CHECKING:
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 def aggregate_dagger(job: AggregateJob, run: Run) -> None:
     """Merge the last aggregate (round 1: the dataset) and the round's shards into the round's
     aggregate, with a split and statistics of its own, in bounded memory
-    (:func:`demo2rl.dataset.merge_files`: each input's content hash is checked as it is
+    (:func:`demo2rl.demos.dataset.merge_files`: each input's content hash is checked as it is
     copied). The shards continue the episode numbering of the data they extend, so the merge's
     own checks (contiguous episodes, the same task, expert and seeds) hold."""
     inputs = [job.data, *job.shards]

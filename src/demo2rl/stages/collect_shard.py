@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from demo2rl import collect, dataset
+from demo2rl.demos import collect, dataset
 from demo2rl.specs.collect_shard import CollectJob
 
 if TYPE_CHECKING:

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from demo2rl import groups, io, summary
+from demo2rl import io
+from demo2rl.report import groups, summary
 from demo2rl.specs.compare_variants import CompareJob
 
 if TYPE_CHECKING:

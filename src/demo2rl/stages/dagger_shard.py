@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from demo2rl import collect, dagger, dataset
+from demo2rl.demos import collect, dataset
+from demo2rl.learning import dagger
 from demo2rl.specs.dagger_shard import DaggerShardJob
 
 if TYPE_CHECKING:
@@ -14,8 +15,8 @@ if TYPE_CHECKING:
 
 def dagger_shard(job: DaggerShardJob, run: Run) -> None:
     """Run the shard's share of round ``job.round``'s episodes and write them as a dataset
-    shard (:func:`demo2rl.dagger.relabel_shard`). The round's episodes are numbered after the
-    dataset's and the earlier rounds' (the same number each round), so that the round's
+    shard (:func:`demo2rl.learning.dagger.relabel_shard`). The round's episodes are numbered after
+    the dataset's and the earlier rounds' (the same number each round), so that the round's
     aggregate is a plain merge. ``job.envs`` and ``job.codec`` change speed, never the data."""
     episodes, n_shards = job.dagger["episodes"], job.dagger["n_shards"]
     n_demos = int(dataset.read_attrs(job.demos)["n_episodes"])

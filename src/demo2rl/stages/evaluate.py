@@ -11,18 +11,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from demo2rl import (
-    acting,
-    checkpoints,
-    dataset,
-    evaluation,
-    groups,
-    io,
-    names,
-    provenance,
-    rollout,
-    tasks,
-)
+from demo2rl import io, names, provenance, tasks
+from demo2rl.demos import dataset, rollout
+from demo2rl.learning import acting, checkpoints, evaluation
+from demo2rl.report import groups
 from demo2rl.specs.evaluate import EvaluateJob
 
 if TYPE_CHECKING:
@@ -93,7 +85,7 @@ def evaluate_policy(job: EvaluateJob, run: Run) -> dict[str, Any]:
         "code_revision": provenance.code_revision(),
     }
     io.write_json(out, io.strict_json(record))
-    run.set_tags({"demo2rl.policy": name, "demo2rl.policy_group": group})
+    run.set_tags({"demo2rl.learning.policy": name, "demo2rl.policy_group": group})
     if "checkpoint" in source:
         run.set_tags({"demo2rl.checkpoint": str(Path(checkpoint).resolve())})
     finite = {f"eval.{k}": v for k, v in means.items() if math.isfinite(v)}

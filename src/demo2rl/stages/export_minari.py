@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from demo2rl import dataset, minari_io
+from demo2rl.demos import dataset, minari_io
 from demo2rl.specs.export_minari import ExportJob
 
 if TYPE_CHECKING:

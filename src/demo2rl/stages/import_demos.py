@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from demo2rl import collect, dataset, minari_io, tasks
+from demo2rl import tasks
+from demo2rl.demos import collect, dataset, minari_io
 from demo2rl.specs.import_demos import ImportJob
 
 if TYPE_CHECKING:

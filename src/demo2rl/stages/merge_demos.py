@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from demo2rl import collect, dataset
+from demo2rl.demos import collect, dataset
 from demo2rl.specs.merge_demos import MergeJob
 
 if TYPE_CHECKING:
@@ -14,8 +14,9 @@ if TYPE_CHECKING:
 def merge_demos(job: MergeJob, run: Run) -> None:
     """Verify and merge the shards into the dataset with its split and statistics.
 
-    The shards stream into ``out`` block by block (:func:`demo2rl.dataset.merge_files`): memory
-    stays at a few blocks of frames whatever the dataset's size. ``job.codec`` compresses image
+    The shards stream into ``out`` block by block (:func:`demo2rl.demos.dataset.merge_files`):
+    memory stays at a few blocks of frames whatever the dataset's size. ``job.codec`` compresses
+    image
     observations; it changes size and speed, never the data or its content hash.
     """
     digest = dataset.merge_files(

@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from demo2rl import groups, names, plots
-from demo2rl import racing_replay as replay
+from demo2rl import names
 from demo2rl.envs import racing
+from demo2rl.report import groups, plots
+from demo2rl.report import racing_replay as replay
 
 if TYPE_CHECKING:
     from demo2rl.tracking import Run  # annotations only: importing it imports MLflow

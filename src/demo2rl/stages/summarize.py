@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from demo2rl import arms, dataset, io, names, provenance, summary
+from demo2rl import arms, io, names, provenance
+from demo2rl.demos import dataset
+from demo2rl.report import summary
 from demo2rl.specs.summarize import SummarizeJob
 
 if TYPE_CHECKING:
@@ -44,7 +46,7 @@ def summarize(job: SummarizeJob, run: Run) -> dict[str, Any]:
     ``job.budgets`` maps each arm to its env steps per run (:meth:`demo2rl.arms.Arm.budget`).
     Per RL arm its budget, its cost and how soon it reaches scratch PPO's final return and the
     expert's, in env steps and in CPU seconds, go into ``arms``
-    (:func:`demo2rl.summary.arm_costs`); a figure without its input (no progress table, no
+    (:func:`demo2rl.report.summary.arm_costs`); a figure without its input (no progress table, no
     budget) is None there.
 
     Metrics and files also go to the workflow's parent run, so the MLflow UI compares whole
@@ -119,7 +121,8 @@ def summarize(job: SummarizeJob, run: Run) -> dict[str, Any]:
 
 
 CPU_COSTS = ("cpu_to_scratch_final", "cpu_to_expert", "cpu_vs_scratch", "cpu_to_expert_vs_scratch")
-"""An arm's figures on the compute axis (:func:`demo2rl.summary.arm_costs`), as MLflow metrics."""
+"""An arm's figures on the compute axis (:func:`demo2rl.report.summary.arm_costs`), as MLflow
+metrics."""
 
 
 def summary_metrics(result: Mapping[str, Any]) -> dict[str, float]:
@@ -236,8 +239,8 @@ def _cpu_runs(
     curves: Mapping[str, pd.DataFrame], progress: Mapping[str, pd.DataFrame]
 ) -> dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
     """Each RL group's runs as (evaluation steps, the run's training CPU seconds there
-    (:func:`demo2rl.summary.seconds_at`), the returns there): the learning curves on the compute
-    axis. A run without a progress table (or without the columns) is left out."""
+    (:func:`demo2rl.report.summary.seconds_at`), the returns there): the learning curves on the
+    compute axis. A run without a progress table (or without the columns) is left out."""
     runs: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
     for name, table in curves.items():
         if name not in progress:
@@ -255,7 +258,7 @@ def _bands(
     runs: Mapping[str, Sequence[tuple[np.ndarray, ...]]], confidence: float, seed: int
 ) -> dict[str, Any]:
     """Each group's learning-curve band over its runs' (x, return) pairs, the last two members of
-    each run's tuple (:func:`demo2rl.summary.curve_band`)."""
+    each run's tuple (:func:`demo2rl.report.summary.curve_band`)."""
     return {
         g: summary.curve_band([r[-2:] for r in runs[g]], confidence=confidence, seed=seed)
         for g in summary.all_groups()

@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from demo2rl import acting, bc, checkpoints, dataset, evaluation, io, provenance, tasks
+from demo2rl import io, provenance, tasks
+from demo2rl.demos import dataset
+from demo2rl.learning import acting, bc, checkpoints, evaluation
 from demo2rl.specs.train_bc import BCJob
 
 if TYPE_CHECKING:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from demo2rl import dagger, dataset
+from demo2rl.demos import dataset
+from demo2rl.learning import dagger
 from demo2rl.specs.train_dagger import DaggerBCJob
 from demo2rl.stages.train_bc import train_clone
 

@@ -6,7 +6,9 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from demo2rl import checkpoints, dataset, io, provenance, rl, spec_fields, tasks
+from demo2rl import io, provenance, rl, spec_fields, tasks
+from demo2rl.demos import dataset
+from demo2rl.learning import checkpoints
 from demo2rl.specs.train_rl import RLJob
 
 if TYPE_CHECKING:

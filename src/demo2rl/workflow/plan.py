@@ -20,20 +20,11 @@ from typing import Any
 
 import yaml
 
-from demo2rl import (
-    arms,
-    config,
-    names,
-    probe,
-    provenance,
-    sources,
-    spec_fields,
-    tasks,
-    variants,
-    vec_env_choice,
-)
+from demo2rl import arms, config, names, provenance, spec_fields, tasks
+from demo2rl.demos import sources
+from demo2rl.learning import vec_env_choice
 from demo2rl.specs import registry
-from demo2rl.workflow import graph
+from demo2rl.workflow import graph, probe, variants
 
 
 @functools.cache
@@ -235,7 +226,7 @@ class Plan:
 
     def owner_root(self, variant: Variant, job: graph.Job) -> str:
         """Where ``variant``'s job ``job`` writes: the results of the first variant with the same
-        job (:class:`demo2rl.variants.Sharing`), so that a job is never run twice."""
+        job (:class:`demo2rl.workflow.variants.Sharing`), so that a job is never run twice."""
         return self.variants[self.sharing.owner(variant.name, *job)].root
 
     def output(self, variant: Variant, job: graph.Job) -> str:

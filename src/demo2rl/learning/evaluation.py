@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from demo2rl import rollout, seeds, tasks
+from demo2rl import seeds, tasks
+from demo2rl.demos import rollout
 
 if TYPE_CHECKING:
     from demo2rl.config import TaskConfig
@@ -79,7 +80,7 @@ def evaluate(
     final: bool = False,
 ) -> Evaluation:
     """Run ``policy`` for one episode per held-out seed of ``task`` (its env, ``frame_stack``,
-    ``max_episode_steps`` and ``timeout_s``, as :func:`demo2rl.rollout.run_episodes` takes
+    ``max_episode_steps`` and ``timeout_s``, as :func:`demo2rl.demos.rollout.run_episodes` takes
     them); ``policy_input`` is what the policy reads (``task.expert.input`` for the expert).
 
     A check during training takes the per-episode metrics and the info values at the end. The
@@ -109,7 +110,7 @@ def _evaluation(
     info: Mapping[str, np.ndarray],
     first_actions: np.ndarray | None = None,
 ) -> Evaluation:
-    """The :class:`Evaluation` of :func:`demo2rl.rollout.run_episodes`' episodes and info."""
+    """The :class:`Evaluation` of :func:`demo2rl.demos.rollout.run_episodes`' episodes and info."""
     raw = {f"info.{k}": np.asarray(v, dtype=np.float64) for k, v in info.items()}
     named = {
         "seed": episodes["seed"],

@@ -1,8 +1,9 @@
 """Which stable-baselines3 VecEnv steps a task's RL envs: the values of ``rl.vec_env``, and the
 tasks that bring a batched VecEnv of their own.
 
-Kept apart from :mod:`demo2rl.vec` (which imports SB3) so that the workflow resolves ``auto``
-when it parses the config, and apart from :mod:`demo2rl.tasks` so that only the RL stage's code
+Kept apart from :mod:`demo2rl.learning.vec` (which imports SB3) so that the workflow resolves
+``auto`` when it parses the config, and apart from :mod:`demo2rl.tasks` so that only the RL stage's
+code
 fingerprint covers the native VecEnvs named here.
 """
 

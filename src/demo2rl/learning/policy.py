@@ -14,16 +14,17 @@ kept here with it because training (BC, PPO) and acting must apply the same ones
   (:func:`needs_rescale`), the network acts in ``[-1, 1]`` (:func:`policy_action_space`); the RL
   stage wraps the env in ``gymnasium.wrappers.RescaleAction(env, -1, 1)``, BC maps the expert's
   actions with :func:`scale_actions` (the exact inverse of that wrapper), and
-  :func:`demo2rl.acting.make_actor` maps the network's actions back for an unwrapped env. Other
-  spaces are used as they are.
+  :func:`demo2rl.learning.acting.make_actor` maps the network's actions back for an unwrapped env.
+  Other spaces are used as they are.
 
 The network is the ``policy`` config section (:class:`demo2rl.config.PolicyConfig`: hidden
 layers, activation, initial log-std, orthogonal initialisation), shared by BC and PPO.
 
 Build the policy from the env's own spaces (``observation_space`` before ``VecNormalize``,
 ``action_space`` before ``RescaleAction``); checkpoints record those spaces. Elsewhere: saving and
-loading the network (:mod:`demo2rl.checkpoints`), acting with it in an env
-(:mod:`demo2rl.acting`), the guide terms of the demo-guided RL arms (:mod:`demo2rl.guidance`).
+loading the network (:mod:`demo2rl.learning.checkpoints`), acting with it in an env
+(:mod:`demo2rl.learning.acting`), the guide terms of the demo-guided RL arms
+(:mod:`demo2rl.learning.guidance`).
 """
 
 from __future__ import annotations
@@ -399,7 +400,8 @@ def build_sac_policy(
     observation_space: gym.Space, action_space: gym.Space, spec: Mapping[str, Any]
 ) -> BaseModel:
     """The SAC policy (actor and critics) of a network ``spec`` on the CPU, for acting with a
-    trained one (:func:`demo2rl.checkpoints.load_checkpoint`); spaces as in :func:`build_policy`."""
+    trained one (:func:`demo2rl.learning.checkpoints.load_checkpoint`); spaces as in
+    :func:`build_policy`."""
     from demo2rl.rl.sac import FastSAC  # (imports the rl package: not at module level)
 
     threads = torch.get_num_threads()
@@ -471,8 +473,8 @@ class ObsNormalizer:
         cls, stats: Mapping[str, np.ndarray], clip_obs: float, shape: tuple[int, ...]
     ) -> ObsNormalizer:
         """The normalisation of a dataset's training split, from its recorded (flat) statistics
-        (``obs_mean``, ``obs_std``; see :func:`demo2rl.dataset.statistics`) for observations of
-        ``shape``, clipped at ``clip_obs`` (``bc.clip_obs``): what BC trains with, and what the
+        (``obs_mean``, ``obs_std``; see :func:`demo2rl.demos.dataset.statistics`) for observations
+        of ``shape``, clipped at ``clip_obs`` (``bc.clip_obs``): what BC trains with, and what the
         RL arms without a clone act with."""
         mean = np.asarray(stats["obs_mean"]).reshape(shape)
         var = np.square(np.asarray(stats["obs_std"]).reshape(shape))

@@ -33,18 +33,18 @@ import h5py
 import numpy as np
 import torch
 
-from demo2rl import dataset
-from demo2rl.dataset import DatasetError, Demos
-from demo2rl.observations import ObservationKind
-from demo2rl.policy import (
+from demo2rl.demos import dataset
+from demo2rl.demos.dataset import DatasetError, Demos
+from demo2rl.learning.policy import (
     OBS_EPSILON,
     ObsNormalizer,
     ObsTransform,
     obs_transform,
     scale_actions,
 )
+from demo2rl.observations import ObservationKind
 
-log = logging.getLogger("demo2rl.bc")  # BC's log lines, under one name as before the split
+log = logging.getLogger("demo2rl.learning.bc")  # BC's log lines, under one name as before the split
 
 STREAM_BUFFER_BYTES = 32 << 20
 """Target size of one shuffled buffer of HDF5 blocks on the streaming path."""
@@ -82,8 +82,8 @@ def check_finite(data: SplitDataset, train: Loader, valid: Loader) -> None:
     """Fail with a :class:`DatasetError` naming the dataset and the field when the data BC is
     to train on holds NaN or inf: its statistics, then the observations and actions of both
     splits (in memory all their rows, one pass; streamed the first block of each, so that the
-    epochs pay nothing). Such data would otherwise surface as an epoch that "diverged", blamed
-    on the learning rate (:class:`demo2rl.bc.Diverged`). It only reads: no random draws."""
+    epochs pay nothing). Such data would otherwise surface as an epoch that "diverged", blamed on
+    the learning rate (:class:`demo2rl.learning.bc.Diverged`). It only reads: no random draws."""
     refused = "BC does not train on such data (demo2rl's import refuses it)"
     stats = data.demos.stats or {}
     for key in ("obs_mean", "obs_std", "act_mean", "act_std"):
@@ -177,7 +177,8 @@ class SplitDataset:
 
     def normalizer(self, clip_obs: float) -> ObsTransform:
         """Normalisation fitted on the training split (from the dataset's stats when present);
-        for images the transform that leaves them uint8 (:class:`demo2rl.policy.ImageObs`)."""
+        for images the transform that leaves them uint8
+        (:class:`demo2rl.learning.policy.ImageObs`)."""
         shape = self.observations.shape[1:]
         if self.images:
             return obs_transform(self.observation_space, None, clip_obs)

@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from demo2rl import dataset, provenance, rollout, seeds, tasks
+from demo2rl import provenance, seeds, tasks
+from demo2rl.demos import dataset, rollout
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ def collect_shard(
     the observations ``frame_stack`` stacked, the expert reading ``expert_input`` (the
     observations, or privileged ``info.<key>``), each episode cut at ``max_episode_steps``
     unless the task ends it sooner, and each env or expert call limited to ``timeout_s``
-    (:func:`demo2rl.rollout.run_episodes`)."""
+    (:func:`demo2rl.demos.rollout.run_episodes`)."""
     expert = tasks.load_expert(expert_entry_point, expert_kwargs)
     episode_seeds = [seeds.demo_seed(base_seed, e) for e in episodes]
     start = time.perf_counter()
@@ -87,7 +88,7 @@ def collect_shard(
 
 
 def progress_log(start: float, every_s: float) -> Callable[[int, int], None]:
-    """``on_progress(done, total)`` of a rollout (:func:`demo2rl.rollout.run_episodes`) that
+    """``on_progress(done, total)`` of a rollout (:func:`demo2rl.demos.rollout.run_episodes`) that
     logs the episodes done every ``every_s`` seconds and at the end, timed from ``start``
     (``time.perf_counter``)."""
     last = start

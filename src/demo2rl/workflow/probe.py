@@ -29,8 +29,10 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from demo2rl import arms, deadline, rollout, tasks, vec_env_choice
+from demo2rl import arms, deadline, tasks
 from demo2rl.config import ConfigError
+from demo2rl.demos import rollout
+from demo2rl.learning import vec_env_choice
 from demo2rl.observations import ObservationKind
 
 log = logging.getLogger(__name__)
@@ -225,7 +227,9 @@ def check_encoder(space: gym.Space, cnn: str) -> None:
     layout = ObservationKind.of(space).layout
     if layout is None:
         return
-    from demo2rl.policy import MIN_FRAME  # deferred: torch is imported only for image tasks
+    from demo2rl.learning.policy import (
+        MIN_FRAME,  # deferred: torch is imported only for image tasks
+    )
 
     side = min(space.shape[1:] if layout == "CHW" else space.shape[:2])
     if side < MIN_FRAME[cnn]:

@@ -25,7 +25,8 @@ import numpy as np
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecEnvWrapper
 from stable_baselines3.common.vec_env.base_vec_env import CloudpickleWrapper
 
-from demo2rl import deadline, tasks, vec_env_choice
+from demo2rl import deadline, tasks
+from demo2rl.learning import vec_env_choice
 
 
 def make_vec_env(
@@ -41,7 +42,7 @@ def make_vec_env(
     timeout_s: float | None = None,
 ) -> VecEnv:
     """``n_envs`` envs of the task as an SB3 VecEnv of the given kind (see the module doc; ``auto``
-    is resolved by :func:`demo2rl.vec_env_choice.resolve_vec_env`).
+    is resolved by :func:`demo2rl.learning.vec_env_choice.resolve_vec_env`).
 
     ``wrap`` is applied to each single env (dummy, subproc) after stacking ``frame_stack``
     observations (:func:`demo2rl.tasks.stack_frames`); a native VecEnv gets neither, so a task

@@ -1,4 +1,4 @@
-"""Minari datasets in and out of demo2rl's demonstration format (:mod:`demo2rl.dataset`).
+"""Minari datasets in and out of demo2rl's demonstration format (:mod:`demo2rl.demos.dataset`).
 
 Why: a workflow can start from demonstrations someone else recorded (a Minari dataset, or a
 demo2rl file from another experiment) instead of collecting its own, and its own dataset can be
@@ -12,9 +12,9 @@ does not collect, train, or download (a Minari id is looked up in the local stor
 ``data/`` directory itself is refused, naming the directory to give instead. :func:`resolve`
 turns either into the dataset directory; :func:`describe` reads its metadata alone (plan time).
 
-**Import** (:func:`import_minari`) streams the episodes, one at a time, through Minari's own
-reader into :func:`demo2rl.dataset.write_streamed`, which writes the file atomically. Minari
-records ``T + 1`` observations for an episode of ``T`` steps; the mapping:
+**Import** (:func:`import_minari`) streams the episodes, one at a time, through Minari's own reader
+into :func:`demo2rl.demos.dataset.write_streamed`, which writes the file atomically. Minari records
+``T + 1`` observations for an episode of ``T`` steps; the mapping:
 
 =====================================  ===================================================
 demo2rl                                Minari episode
@@ -26,17 +26,17 @@ demo2rl                                Minari episode
 ``/steps/terminated``, ``truncated``   ``terminations``, ``truncations``
 ``/episodes/seed``                     the episode's ``seed`` (its metadata), -1 if none
 ``/episodes/index``                    0 .. E-1 (an export's own, see below)
-``/episodes/return``                   :func:`demo2rl.dataset.episode_return` of the rewards
+``/episodes/return``                   :func:`~demo2rl.demos.dataset.episode_return` of the rewards
 =====================================  ===================================================
 
 A foreign dataset has no expert demo2rl can call: its ``expert`` attribute is None (the config's
 ``task.expert: null``) and its ``source`` attribute names the dataset. Minari's per-step
 ``infos`` are not imported. An episode that is empty, not terminated or truncated at its last
 step (a cut-off recording) or before it, whose observations or actions are of another dtype or
-shape than the spaces or of the wrong number of rows, or whose rewards are missing, fails the
-import with a :class:`~demo2rl.dataset.DatasetError` naming the source, the episode (its index
-and its Minari id) and the field; so does any value a space does not hold
-(:class:`~demo2rl.dataset.SpaceValues`: a NaN or an infinity, an action or an observation
+shape than the spaces or of the wrong number of rows, or whose rewards are missing, fails the import
+with a :class:`~demo2rl.demos.dataset.DatasetError` naming the source, the episode (its index and
+its Minari id) and the field; so does any value a space does not hold
+(:class:`~demo2rl.demos.dataset.SpaceValues`: a NaN or an infinity, an action or an observation
 outside its space's bounds, a reward that is not finite), naming the step too; no file is
 left. Memory: one episode and a block of rows a column (the statistics of *vector*
 observations then read the observation and action columns whole, as the merge's do; image
@@ -60,7 +60,7 @@ same content hash as the exported one; it keeps the export's base seed (it seede
 episodes, and seeds the split), and refuses an export of another env id or env kwargs than the
 caller's.
 
-**A demo2rl file from elsewhere** (:func:`import_hdf5`) is :func:`demo2rl.dataset.merge_files`
+**A demo2rl file from elsewhere** (:func:`import_hdf5`) is :func:`demo2rl.demos.dataset.merge_files`
 of that one file: its hash and every value checked as it is copied (the checks above), re-split
 with this experiment's ``valid_fraction``. It must start at episode 0 (a merged dataset, or a
 first shard).
@@ -91,8 +91,9 @@ from minari.namespace import create_namespace, list_local_namespaces
 from minari.serialization import deserialize_space
 from minari.storage import get_dataset_path
 
-from demo2rl import dataset, io, provenance, tasks
-from demo2rl.dataset import DatasetError
+from demo2rl import io, provenance, tasks
+from demo2rl.demos import dataset
+from demo2rl.demos.dataset import DatasetError
 from demo2rl.observations import image_column
 
 log = logging.getLogger(__name__)
@@ -125,7 +126,7 @@ class SourceInfo:
     :param dataset_id: its Minari id.
     :param env_id: the env id of its env spec (an export's: the task's), None without one.
     :param env_kwargs: the kwargs of that env spec, None without one.
-    :param observation_space: :func:`demo2rl.dataset.describe_space` of its observation space.
+    :param observation_space: :func:`demo2rl.demos.dataset.describe_space` of its observation space.
     :param action_space: the same of its action space.
     :param n_episodes: episodes it holds.
     :param n_steps: steps it holds (Minari's ``total_steps``).
@@ -226,9 +227,10 @@ def import_minari(
     :param env_kwargs: the task's env kwargs (the same).
     :param base_seed: seeds the train/valid split; an export keeps its own.
     :param valid_fraction: the fraction of episodes in the validation split.
-    :param codec: compression of image observations (:data:`demo2rl.dataset.CODECS`).
+    :param codec: compression of image observations (:data:`demo2rl.demos.dataset.CODECS`).
     :param expected_observation_space: the task's observation space (a gymnasium space or its
-        :func:`~demo2rl.dataset.describe_space`); the dataset's must be it. None: the dataset's.
+        :func:`~demo2rl.demos.dataset.describe_space`); the dataset's must be it. None: the
+        dataset's.
     :param expected_action_space: the same for actions.
 
     Bad episodes and spaces fail with a DatasetError naming the source, the episode and the

@@ -3,10 +3,10 @@
 The ``bc`` arm's demonstration term (warm start) pulls PPO's policy towards the demonstrated
 actions (:func:`demo_targets`), the ``kickstart`` arm's distillation term towards the clone's
 actions on the policy's own states (:func:`action_targets`); :func:`guide_loss` measures the
-distance in both.
-They are the learning side of those arms, kept out of :mod:`demo2rl.policy` (they read a network,
-they are not part of it) and out of :mod:`demo2rl.rl`'s training loop, which only weighs and
-schedules them, so that the loss can be read and tested on its own.
+distance in both. They are the learning side of those arms, kept out of
+:mod:`demo2rl.learning.policy` (they read a network, they are not part of it) and out of
+:mod:`demo2rl.rl`'s training loop, which only weighs and schedules them, so that the loss can be
+read and tested on its own.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Behaviour cloning: fit the shared policy to the expert's actions by maximum likelihood.
 
 Everything that decides the result is in this file; how batches are served is
-:mod:`demo2rl.bc_data`:
+:mod:`demo2rl.learning.bc_data`:
 
 * **Loss** (:func:`bc_loss`): the negative log-likelihood of the expert's actions under the
   policy's action distribution (mean *and* log-std learn), minus ``ent_coef`` x entropy, plus
@@ -9,9 +9,9 @@ Everything that decides the result is in this file; how batches are served is
   head keeps its initialisation for PPO to fit.
 * **Data**: the training split normalised once and held in memory as tensors, one shuffle per
   epoch from a seeded generator (or, when it does not fit in ``memory_fraction`` of the RAM,
-  shuffled HDF5 blocks streamed; the log says so): :mod:`demo2rl.bc_data`. NaN or inf in the
-  dataset's statistics or data fails before any epoch, naming the dataset and the field
-  (:func:`demo2rl.bc_data.check_finite`), not as a divergence blamed on the learning rate.
+  shuffled HDF5 blocks streamed; the log says so): :mod:`demo2rl.learning.bc_data`. NaN or inf in
+  the dataset's statistics or data fails before any epoch, naming the dataset and the field
+  (:func:`demo2rl.learning.bc_data.check_finite`), not as a divergence blamed on the learning rate.
 * **Validation and stopping**: NLL on the dataset's episode-level validation split after every
   epoch; training stops after ``patience`` epochs without improvement (or ``max_epochs``) and the
   best weights are returned.
@@ -37,11 +37,12 @@ import gymnasium as gym
 import torch
 from stable_baselines3.common.policies import ActorCriticPolicy
 
-from demo2rl import bc_data, dataset
-from demo2rl.augment import random_shift
 from demo2rl.config import BCConfig, PolicyConfig
-from demo2rl.dataset import Demos, space_from_description
-from demo2rl.policy import ObsTransform, actor_parameters, build_policy, resolve_device
+from demo2rl.demos import dataset
+from demo2rl.demos.dataset import Demos, space_from_description
+from demo2rl.learning import bc_data
+from demo2rl.learning.augment import random_shift
+from demo2rl.learning.policy import ObsTransform, actor_parameters, build_policy, resolve_device
 
 log = logging.getLogger(__name__)
 
@@ -123,8 +124,8 @@ def train_bc(
 
     ``on_epoch`` receives each epoch's record (as appended to ``history``). Passing the task's
     ``env_id`` and/or spaces checks the dataset against them first
-    (:func:`demo2rl.dataset.check_dataset`). NaN or inf in the dataset's statistics or data
-    raises :class:`demo2rl.dataset.DatasetError` before any epoch.
+    (:func:`demo2rl.demos.dataset.check_dataset`). NaN or inf in the dataset's statistics or data
+    raises :class:`demo2rl.demos.dataset.DatasetError` before any epoch.
     """
     device = resolve_device(bc_cfg.device)
     previous_threads = torch.get_num_threads()
@@ -150,8 +151,8 @@ def _train(
     on_epoch: Callable[[dict[str, float]], None] | None,
 ) -> BCResult:
     """Clone ``data`` into a fresh policy: its initial weights (:func:`_initial_policy`), the
-    loaders of its splits, checked finite (:func:`demo2rl.bc_data.check_finite`), the epochs
-    (:func:`_fit`), and the best epoch's weights."""
+    loaders of its splits, checked finite (:func:`demo2rl.learning.bc_data.check_finite`), the
+    epochs (:func:`_fit`), and the best epoch's weights."""
     start_time = time.perf_counter()
     obs_space = space_from_description(data.demos.attrs["observation_space"])
     act_space = space_from_description(data.demos.attrs["action_space"])

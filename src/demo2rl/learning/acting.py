@@ -1,11 +1,11 @@
 """Acting with a policy network in an env: raw observations in, the env's actions out.
 
 :func:`make_actor` turns a network and its observation normalisation into a
-:data:`demo2rl.tasks.PolicyFn`, the batched callable that :func:`demo2rl.rollout.run_episodes`
+:data:`demo2rl.tasks.PolicyFn`, the batched callable that :func:`demo2rl.demos.rollout.run_episodes`
 steps envs with (as it does an expert), so the evaluations and the BC and RL stages' held-out
 checks drive a clone or an RL agent exactly as they drive the expert. The network and the two
-transforms it applies are :mod:`demo2rl.policy`'s; this module only composes them, in the order
-and in the fixed-size blocks that keep an action independent of how many envs act together.
+transforms it applies are :mod:`demo2rl.learning.policy`'s; this module only composes them, in the
+order and in the fixed-size blocks that keep an action independent of how many envs act together.
 """
 
 from __future__ import annotations
@@ -15,7 +15,12 @@ import numpy as np
 import torch
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 
-from demo2rl.policy import ObsTransform, action_rescaling, needs_rescale, policy_action_space
+from demo2rl.learning.policy import (
+    ObsTransform,
+    action_rescaling,
+    needs_rescale,
+    policy_action_space,
+)
 from demo2rl.tasks import PolicyFn
 
 ACT_BLOCK = 64
@@ -30,8 +35,9 @@ def make_actor(
 ) -> PolicyFn:
     """A batched callable, raw observations ``(B, ...)`` in, env actions ``(B, ...)`` out.
 
-    Normalises (images: transposes, :class:`demo2rl.policy.ImageObs`), runs the policy (SB3's
-    ``_predict``, as its own ``predict``: PPO's and BC's ``ActorCriticPolicy`` or an off-policy
+    Normalises (images: transposes, :class:`demo2rl.learning.policy.ImageObs`), runs the policy
+    (SB3's ``_predict``, as its own ``predict``: PPO's and BC's ``ActorCriticPolicy`` or an
+    off-policy
     arm's SAC policy; the mean action when ``deterministic``), clips to the policy's action
     bounds and maps rescaled actions back to the env's range; a ``rollout`` policy. The
     policy always sees blocks of :data:`ACT_BLOCK` rows (padded), so an action does not depend on

@@ -47,7 +47,8 @@ import scipy.stats
 from rliable import metrics as rly
 
 from demo2rl import arms
-from demo2rl.groups import (
+from demo2rl.names import BC, EXPERT, RLRun, dagger_policy, group_arm
+from demo2rl.report.groups import (
     all_groups,
     arm_groups,
     best_rl_run,
@@ -56,7 +57,6 @@ from demo2rl.groups import (
     label,
     policy_group,
 )
-from demo2rl.names import BC, EXPERT, RLRun, dagger_policy, group_arm
 
 __all__ = ["all_groups", "comparison_key", "label", "policy_group"]  # re-exported: what is compared
 METRICS = {
@@ -137,8 +137,8 @@ def compare(
 ) -> dict[str, Any]:
     """Mean, IQM and P(X > Y) with bootstrap confidence intervals (see the module docstring).
 
-    ``scores`` maps a group to its ``(runs, tracks)`` matrix; all have the same tracks, in the
-    same order. ``pairs`` (X, Y) default to :func:`demo2rl.groups.comparisons` of the groups
+    ``scores`` maps a group to its ``(runs, tracks)`` matrix; all have the same tracks, in the same
+    order. ``pairs`` (X, Y) default to :func:`demo2rl.report.groups.comparisons` of the groups
     (every demo-guided arm against scratch and the clone); pairs whose groups are missing are
     skipped. Returns ``{"groups": {group:
     {n_runs, n_tracks, mean, mean_ci, iqm, iqm_ci}}, "improvement": {"x_vs_y": {x, y,
@@ -400,7 +400,8 @@ def summarize(
     ``records`` are evaluation records (``policy`` name and per-episode ``episodes`` arrays, one
     episode per held-out track, the same tracks for all). Per group: runs, mean and IQM of the
     return with intervals, and the means of the other metrics; P(X > Y) for
-    :func:`demo2rl.groups.comparisons`; per run its mean return and metrics; and the best RL run.
+    :func:`demo2rl.report.groups.comparisons`; per run its mean return and metrics; and the best RL
+    run.
     """
     if not records:
         raise ValueError("no evaluation records")

@@ -68,8 +68,9 @@ def learning_curves(
     ``costs``, a last panel of what reaching ``target`` cost each curve on both axes.
 
     ``curves`` maps a label to ``step``, ``mean``, ``low``, ``high`` arrays (one band over seeds,
-    see :func:`demo2rl.summary.curve_band`); ``by_cpu`` maps a label to ``seconds``, ``mean``,
-    ``low``, ``high`` (the same over each run's training CPU seconds at its evaluation steps);
+    see :func:`demo2rl.report.summary.curve_band`); ``by_cpu`` maps a label to ``seconds``,
+    ``mean``, ``low``, ``high`` (the same over each run's training CPU seconds at its evaluation
+    steps);
     ``levels`` maps a label to a constant return (e.g. the expert's and the clone's), drawn as
     horizontal lines on each curve panel; ``costs`` maps a label to its (CPU seconds, env steps)
     to ``target`` (:func:`cost_panel`). The curve panels share the return axis.

@@ -3,8 +3,8 @@ existing dataset to import instead of collecting.
 
 A dataset source is ``minari:<dataset id>`` (a dataset in the local Minari store), a Minari
 dataset's directory, or a demo2rl HDF5 file (``*.h5``, ``*.hdf5``). The workflow resolves it
-when it plans (:func:`resolve`; nothing downloads) and checks its spaces against the task's
-before any job (:func:`check_spaces`); the import itself is :mod:`demo2rl.minari_io`'s.
+when it plans (:func:`resolve`; nothing downloads) and checks its spaces against the task's before
+any job (:func:`check_spaces`); the import itself is :mod:`demo2rl.demos.minari_io`'s.
 """
 
 from __future__ import annotations
@@ -15,15 +15,15 @@ from typing import Any, Literal
 
 import gymnasium as gym
 
-from demo2rl import dataset
 from demo2rl.config import EXPERT_SOURCE, ConfigError
+from demo2rl.demos import dataset
 
 KEY = "collect.source"
 FROM_DATASET = "dataset"
 """``task.env_id`` of a task whose env is the one the imported dataset records (its env spec)."""
 HDF5_SUFFIXES = (".h5", ".hdf5")
 MINARI_PREFIX = "minari:"
-"""(:data:`demo2rl.minari_io.PREFIX`, spelt here so that planning a collected dataset never
+"""(:data:`demo2rl.demos.minari_io.PREFIX`, spelt here so that planning a collected dataset never
 imports Minari; a test checks that the two agree.)"""
 
 
@@ -41,7 +41,7 @@ def resolve(source: str) -> Source:
     that is not there, or not a dataset."""
     if source == EXPERT_SOURCE:
         raise ValueError("the expert is not a dataset to import")
-    from demo2rl import minari_io  # (only where a dataset is imported: it imports Minari)
+    from demo2rl.demos import minari_io  # (only where a dataset is imported: it imports Minari)
 
     path = Path(source)
     try:
@@ -84,7 +84,7 @@ def env_of(source: str) -> tuple[str, dict[str, Any]]:
             attrs = dataset.read_attrs(src.path)
             env_id, env_kwargs = attrs.get("env_id"), attrs.get("env_kwargs")
         else:
-            from demo2rl import minari_io
+            from demo2rl.demos import minari_io
 
             info = minari_io.describe(src.path)
             env_id, env_kwargs = info.env_id, info.env_kwargs
@@ -99,11 +99,11 @@ def env_of(source: str) -> tuple[str, dict[str, Any]]:
 
 def spaces(src: Source) -> tuple[dict[str, Any], dict[str, Any]]:
     """The observation and action spaces the dataset records
-    (:func:`demo2rl.dataset.describe_space` descriptions), read from its metadata alone."""
+    (:func:`demo2rl.demos.dataset.describe_space` descriptions), read from its metadata alone."""
     if src.kind == "hdf5":
         attrs = dataset.read_attrs(src.path)
         return attrs["observation_space"], attrs["action_space"]
-    from demo2rl import minari_io
+    from demo2rl.demos import minari_io
 
     info = minari_io.describe(src.path)
     return info.observation_space, info.action_space

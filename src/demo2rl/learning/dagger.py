@@ -6,14 +6,14 @@ probability :func:`beta` and the previous round's clone's otherwise; the expert 
 state visited, the round's episodes join the aggregate (the demonstrations and every earlier
 round's episodes) and the next clone trains on it. This module makes one shard of a round's
 episodes (:func:`relabel_shard`), in the demonstrations' own format, so that the aggregate is a
-plain merge (:func:`demo2rl.dataset.merge_files`) of the demonstrations' shards and the rounds'.
-Training the clone, the rules and the merge are not here.
+plain merge (:func:`demo2rl.demos.dataset.merge_files`) of the demonstrations' shards and the
+rounds'. Training the clone, the rules and the merge are not here.
 
 A shard's episodes depend on the round, their indices in it, the base seed, the learner and
 ``beta`` only: each episode's seed is :func:`demo2rl.seeds.dagger_seed`'s, and which of the two
 acts at a step is fixed by the episode's seed and the step
-(:func:`demo2rl.rollout.teacher_drives`), so neither the number of envs nor the sharding change
-a round's data.
+(:func:`demo2rl.demos.rollout.teacher_drives`), so neither the number of envs nor the sharding
+change a round's data.
 """
 
 from __future__ import annotations
@@ -27,8 +27,10 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
-from demo2rl import acting, checkpoints, collect, dataset, provenance, rollout, seeds, tasks
+from demo2rl import provenance, seeds, tasks
 from demo2rl.config import TaskConfig
+from demo2rl.demos import collect, dataset, rollout
+from demo2rl.learning import acting, checkpoints
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +71,8 @@ def relabel_shard(
 
     :param task: the env and its expert (the teacher, reading ``task.expert.input``); the
         observations are ``task.frame_stack`` stacked, episodes cut at
-        ``task.max_episode_steps`` and each env or policy call limited to ``task.timeout_s``,
-        as in the expert's collection (:func:`demo2rl.collect.collect_shard`).
+        ``task.max_episode_steps`` and each env or policy call limited to ``task.timeout_s``, as in
+        the expert's collection (:func:`demo2rl.demos.collect.collect_shard`).
     :param learner: the previous round's clone's checkpoint (round 1: the BC clone's); its
         network is built from the config it records, and it acts on the observations.
     :param round: the round, from 1 (:func:`demo2rl.seeds.dagger_seed`).
@@ -81,10 +83,10 @@ def relabel_shard(
         ``first_index + e``, which is its ``/episodes/index`` and makes the shard's
         ``first_episode``, so that the round's shards continue the aggregate's numbering.
     :param beta: the probability that the expert's action is executed, per episode and step
-        (:func:`beta`; :class:`demo2rl.rollout.Teacher`).
+        (:func:`beta`; :class:`demo2rl.demos.rollout.Teacher`).
     :param n_envs: envs stepped as one batch (speed only).
     :param demos: the experiment's demonstrations, if given: the learner must belong to them
-        (:func:`demo2rl.checkpoints.check_dataset_hash`).
+        (:func:`demo2rl.learning.checkpoints.check_dataset_hash`).
     :param progress_every_s: how often the progress is logged.
 
     The attributes that define a dataset (task, spaces, expert record, base seed) are those of
@@ -168,7 +170,7 @@ def expert_calls(aggregate: str, demos: str, round: int) -> dict[str, int]:
     """The steps the expert labelled: in round ``round`` (``expert_calls``), in rounds 1 to
     ``round`` (``expert_calls_total``), and the dataset's own steps (``demo_steps``: each an
     expert call, where the expert collected it). Every round has the same number of episodes,
-    numbered after the dataset's and the earlier rounds' (:mod:`demo2rl.dagger`)."""
+    numbered after the dataset's and the earlier rounds' (:mod:`demo2rl.learning.dagger`)."""
     episodes = dataset.read_tables(aggregate).episodes
     n_demos = int(dataset.read_attrs(demos)["n_episodes"])
     index, length = episodes["index"], episodes["length"]

@@ -2,10 +2,11 @@
 
 A checkpoint is plain data that ``torch.load(weights_only=True)`` reads (no pickle): the state
 dict, the normalised ``policy`` config slice, the task's observation and action spaces (as
-:func:`demo2rl.dataset.describe_space` describes them), the observation normalisation, a
-:class:`~demo2rl.policy.ResidualPolicy`'s base, an off-policy arm's SAC network spec (its
-actor acts; :func:`demo2rl.policy.build_sac_policy`) and free-form ``meta`` (dataset hash, config,
-package versions, code revision; a DAgger clone's also the hash of the demonstrations it grew from,
+:func:`demo2rl.demos.dataset.describe_space` describes them), the observation normalisation, a
+:class:`~demo2rl.learning.policy.ResidualPolicy`'s base, an off-policy arm's SAC network spec (its
+actor acts; :func:`demo2rl.learning.policy.build_sac_policy`) and free-form ``meta`` (dataset hash,
+config, package versions, code revision; a DAgger clone's also the hash of the demonstrations it
+grew from,
 see :func:`check_dataset_hash`). Loading checks all of it against the task and the config and
 raises :class:`CheckpointError` naming the file and the first mismatch, so a stage never acts or
 trains with a network that does not belong to its run. (PPO's own resumable training state is
@@ -27,9 +28,9 @@ from stable_baselines3.common.policies import BasePolicy
 
 from demo2rl import provenance
 from demo2rl.config import ConfigError, PolicyConfig
-from demo2rl.dataset import describe_space, space_mismatch
+from demo2rl.demos.dataset import describe_space, space_mismatch
 from demo2rl.io import FileProblem, atomic_path
-from demo2rl.policy import (
+from demo2rl.learning.policy import (
     ObsTransform,
     ResidualPolicy,
     build_policy,
@@ -98,8 +99,8 @@ def load_checkpoint(
     policy_cfg: PolicyConfig | None = None,
 ) -> tuple[BasePolicy, ObsTransform, dict[str, Any]]:
     """Build the policy, load the checkpoint strictly; returns (policy, normalizer, checkpoint).
-    The policy is an ``ActorCriticPolicy`` (BC's, PPO's) or, for an off-policy arm's checkpoint,
-    a SAC policy: both act through SB3's ``_predict`` (:func:`demo2rl.acting.make_actor`).
+    The policy is an ``ActorCriticPolicy`` (BC's, PPO's) or, for an off-policy arm's checkpoint, a
+    SAC policy: both act through SB3's ``_predict`` (:func:`demo2rl.learning.acting.make_actor`).
 
     With ``policy_cfg`` the checkpoint must match that network config (a stage about to train it
     further); without, the network is built from the config the checkpoint records (a stage that

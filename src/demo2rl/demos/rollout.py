@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from demo2rl import dataset, deadline, tasks
+from demo2rl import deadline, tasks
+from demo2rl.demos import dataset
 
 OBSERVATION = "observation"
 """The policy input that is the observation itself (``task.expert.input``'s default)."""

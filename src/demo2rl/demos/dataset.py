@@ -41,7 +41,7 @@ by 1/255 and never normalise per pixel.
 docs/dataset.md has the measurements behind these choices.
 
 Memory: :func:`merge_files` (the merge stage) streams the shards into the merged file in blocks of
-rows, through :func:`write_streamed`, which the Minari import (:mod:`demo2rl.minari_io`) feeds
+rows, through :func:`write_streamed`, which the Minari import (:mod:`demo2rl.demos.minari_io`) feeds
 episode by episode; :func:`verify` hashes a file in blocks. None holds more than a few blocks of
 frames (plus, for vector observations, the observation and action columns for the statistics).
 :func:`read` loads a whole file; :func:`read_tables` everything but the observation and action
@@ -200,8 +200,8 @@ def space_mismatch(name: str, expected: Mapping[str, Any], actual: Mapping[str, 
 class SpaceValues:
     """Which rows hold values of a space: of its dtype, finite, and within a Box's bounds where
     it has them (a Discrete's: ``start`` to ``start + n - 1``). An importer checks every row a
-    foreign dataset brings with it (:mod:`demo2rl.minari_io`); collected rows come from the env
-    and the expert, whose values the rollout and the probe guard as they are made.
+    foreign dataset brings with it (:mod:`demo2rl.demos.minari_io`); collected rows come from the
+    env and the expert, whose values the rollout and the probe guard as they are made.
 
     Made from a :func:`describe_space` description (:meth:`of`) once, and asked of a block of
     rows at a time (:meth:`fault`): a few comparisons a value, and none at all for frames whose
@@ -654,7 +654,7 @@ def write_streamed(
 ) -> str:
     """Write a dataset to ``out`` atomically in bounded memory, its rows fed by ``fill``; returns
     its content hash. What :func:`merge_files` (shards) and the Minari import
-    (:mod:`demo2rl.minari_io`) write.
+    (:mod:`demo2rl.demos.minari_io`) write.
 
     :param attrs: the file attributes (:func:`episode_attrs`' and more); ``valid_fraction`` and
         ``codec`` are added, ``content_hash`` at the end.
