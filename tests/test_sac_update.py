@@ -141,6 +141,20 @@ def test_compiled_step_is_sb3s() -> None:
     th.testing.assert_close(ours.actor.state_dict(), sb3.actor.state_dict(), atol=ATOL, rtol=0)
 
 
+def test_a_process_compiles_the_step_of_many_models() -> None:
+    """Each model's compiled step keeps its graphs to itself: a process that builds more models
+    than torch.compile's recompile limit (a notebook, a benchmark's worker, each model with its
+    actor delay's two graphs) trains every one of them."""
+    limit = th._dynamo.config.recompile_limit
+    for i in range(limit // 2 + 1):  # two graphs each: one more model than a shared cache holds
+        policy_kwargs = {"net_arch": NET, "n_critics": 1 + i % 2}
+        model = make(FastSAC, compile_update=True, policy_kwargs=policy_kwargs)
+        model.compile_backend = "aot_eager"
+        model.policy_delay = 2
+        train(model, 2)
+        assert model.compile_update, i  # compiled, not fallen back
+
+
 def test_a_step_that_cannot_be_compiled_runs_eagerly_saying_why() -> None:
     """A compiler that fails (here a backend that raises, as a missing or broken C++ toolchain
     does) does not stop the run: a CompileFallback warning names the cause, and the step runs

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import types
 import warnings
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -604,6 +605,24 @@ class SACStep:
         th._foreach_sub_(params, updates)
 
 
+def _own_code(step: SACStep) -> Callable[..., th.Tensor]:
+    """``step.__call__`` as a method whose function has a code object of its own, for
+    ``torch.compile``: its compiled graphs are cached per code object, each entry guarding on
+    the step's constants (critics, entropy target, shapes), and after ``recompile_limit`` (8)
+    entries a ``fullgraph`` compile fails. Compiling a callable object would share one code
+    object between every model a process builds (tests, notebooks, a benchmark's worker): its
+    ninth model would fail. One code object per step keeps each model's graphs to its own."""
+    function = SACStep.__call__
+    own = types.FunctionType(
+        function.__code__.replace(),
+        function.__globals__,
+        function.__name__,
+        function.__defaults__,
+        function.__closure__,
+    )
+    return types.MethodType(own, step)
+
+
 def check_adam(optimizer: th.optim.Optimizer) -> None:
     """Raises TypeError unless ``optimizer`` is a plain ``torch.optim.Adam`` (one parameter
     group; no amsgrad, maximize, decoupled weight decay, capturable or differentiable mode):
@@ -713,7 +732,9 @@ class FastSAC(SAC):
             if self.compile_update:
                 for optimizer in step.optimizers:
                     check_adam(optimizer)
-                run = th.compile(step, fullgraph=True, dynamic=False, backend=self.compile_backend)
+                run = th.compile(
+                    _own_code(step), fullgraph=True, dynamic=False, backend=self.compile_backend
+                )
             self._step = (self.policy, self.compile_update, step, run)
         return self._step[2], self._step[3]
 
