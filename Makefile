@@ -104,8 +104,15 @@ COST_DIAGNOSIS = scratch:eval_every=10000 residual:eval_every=10000 \
 	'$(COST_RLPD)=true,sac.updates_per_step=0.125,sac.batch_size=128,sac.critic_net_arch=[128,128]' \
 	'$(COST_RLPD)=false,sac.updates_per_step=0.125,sac.critic_net_arch=[64,64]'
 
-diagnose-cost: venv  ## what the demo arms cost in CPU seconds and env steps (docs/arms.md), on the dataset and clone of `make run` (about 40 min)
+# the second round, around the cheapest setting that got to 85 soonest (16 samples per env step)
+COST_BASE = $(COST_RLPD)=true,sac.updates_per_step=0.125,sac.batch_size=128
+COST_SETTINGS = scratch:eval_every=10000 $(COST_BASE) $(COST_BASE),sac.policy_delay=2 \
+	$(COST_BASE),sac.n_steps=1 $(COST_BASE),rlpd.demo_fraction=0.25 $(COST_BASE),sac.n_critics=1 \
+	$(COST_BASE),n_envs=64 $(COST_RLPD)=true,sac.updates_per_step=0.25,sac.batch_size=128,sac.policy_delay=2
+
+diagnose-cost: venv  ## what the demo arms cost in CPU seconds and env steps (docs/arms.md), on the dataset and clone of `make run` (about 80 min)
 	$(BIN)/python benchmarks/arms.py --results results/racing --name cost --variants $(COST_DIAGNOSIS)
+	$(BIN)/python benchmarks/arms.py --results results/racing --name cost-settings --variants $(COST_SETTINGS)
 
 TUNE_SAC_RUN = sac.total_timesteps=40000,eval_every=10000,sac.ent_coef
 TUNE_SAC = rlpd:$(TUNE_SAC_RUN)=auto rlpd:$(TUNE_SAC_RUN)=auto_0.1 rlpd:$(TUNE_SAC_RUN)=auto_0.01 \
