@@ -45,11 +45,12 @@ from torch import nn
 
 from demo2rl.config import ConfigError, PolicyConfig
 from demo2rl.config import device as config_device
+from demo2rl.learning import sac_policy
 from demo2rl.observations import ObservationKind
 
 UNFINGERPRINTED_IMPORTS = {
-    "demo2rl.rl.sac": "build_sac_policy loads a trained SAC checkpoint's network for acting; the "
-    "rl package's training code changes no clone, and a SAC policy's result is fingerprinted by "
+    "demo2rl.learning.sac_policy": "build_sac_policy builds a trained SAC checkpoint's network "
+    "for acting; the SAC network changes no clone, and a SAC policy's result is fingerprinted by "
     "train_rl, which trained it",
 }
 
@@ -380,11 +381,11 @@ def actor_spec(policy: ActorCriticPolicy) -> dict[str, Any]:
 
 
 def sac_policy_kwargs(spec: Mapping[str, Any], observation_space: gym.Space) -> dict[str, Any]:
-    """SB3 ``policy_kwargs`` of our SAC policy (:class:`demo2rl.rl.sac.FastSAC`'s) from a
-    network ``spec`` (:func:`demo2rl.rl.recipe.sac_spec`): the actor's ``pi`` and the critics'
-    ``qf`` layers, the activation, the critic ensemble; for images the image encoder, one for
-    the actor and one shared by the critics (SB3's default for SAC: the actor's loss does not
-    train the critics' encoder, nor theirs the actor's)."""
+    """SB3 ``policy_kwargs`` of our SAC policy (:class:`~demo2rl.learning.sac_policy.FastSACPolicy`)
+    from a network ``spec`` (:func:`demo2rl.rl.recipe.sac_spec`): the actor's ``pi`` and the
+    critics' ``qf`` layers, the activation, the critic ensemble; for images the image encoder,
+    one for the actor and one shared by the critics (SB3's default for SAC: the actor's loss does
+    not train the critics' encoder, nor theirs the actor's)."""
     kwargs: dict[str, Any] = {
         "net_arch": {"pi": list(spec["pi"]), "qf": list(spec["qf"])},
         "activation_fn": ACTIVATIONS[spec["activation"]],
@@ -402,12 +403,10 @@ def build_sac_policy(
     """The SAC policy (actor and critics) of a network ``spec`` on the CPU, for acting with a
     trained one (:func:`demo2rl.learning.checkpoints.load_checkpoint`); spaces as in
     :func:`build_policy`."""
-    from demo2rl.rl.sac import FastSAC  # (imports the rl package: not at module level)
-
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return FastSAC.policy_aliases["MlpPolicy"](
+        return sac_policy.FastSACPolicy(
             policy_observation_space(observation_space),
             policy_action_space(action_space),
             ConstantSchedule(0.0),
