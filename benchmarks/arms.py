@@ -396,6 +396,7 @@ def figure(
         by_cpu=by_cpu,
         costs={labels[n]: (c["cpu_to_target"], c["steps_to_target"]) for n, c in cost.items()},
         target=f"scratch's final return ({target:.1f})",
+        colors={label: f"C{i}" for i, label in enumerate(labels.values())},  # points as curves
     )
 
 
