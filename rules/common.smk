@@ -21,12 +21,14 @@ try:
     PLAN = Plan(config, Path(workflow.basedir) / "config" / "schema.yaml", GPUS)
 except PlanError as err:
     raise WorkflowError(f"Invalid config: {err}") from None
-# the base config as its jobs read it, with the variants as declared (the MLflow parent run's);
-# Snakemake's own `config` stays as given
-BASE_CONFIG = PLAN.config()
+# the base config as its jobs read it, with the variants as declared: what the MLflow parent run
+# records and what the report's captions read (`rl.arms` resolved: `all` as the arms that ran),
+# so it replaces Snakemake's `config` (no rule reads `config`: they ask PLAN)
+config.clear()
+config.update(PLAN.config())
 # how tracking failures are treated: a dataclass, which Snakemake leaves out of its params rerun
 # trigger (it cannot change a result); tests/test_rerun_matrix.py checks that it stays so
-TRACKING = config_checks.TrackingConfig.of(BASE_CONFIG["tracking"])
+TRACKING = config_checks.TrackingConfig.of(config["tracking"])
 
 
 def from_variant(get):
@@ -61,7 +63,7 @@ wildcard_constraints:
 # MLflow: the store and this invocation's parent run, once, before any job; the jobs find both
 # through the environment (demo2rl.tracking.hooks; nothing touches MLflow with tracking off)
 onstart:
-    hooks.on_start(BASE_CONFIG["experiment"], BASE_CONFIG, TRACKING, logger)
+    hooks.on_start(config["experiment"], config, TRACKING, logger)
 
 
 onsuccess:
