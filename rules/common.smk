@@ -23,7 +23,7 @@ except PlanError as err:
     raise WorkflowError(f"Invalid config: {err}") from None
 # the base config as its jobs read it, with the variants as declared: what the MLflow parent run
 # records and what the report's captions read (`rl.arms` resolved: `all` as the arms that ran),
-# so it replaces Snakemake's `config` (no rule reads `config`: they ask PLAN)
+# so it replaces Snakemake's `config` (the jobs ask PLAN, never `config`)
 config.clear()
 config.update(PLAN.config())
 # how tracking failures are treated: a dataclass, which Snakemake leaves out of its params rerun
