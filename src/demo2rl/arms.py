@@ -32,6 +32,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from demo2rl import config
 from demo2rl.names import rl_group
 
 PRESENTATION_KEYWORDS = {"label", "color"}
@@ -120,7 +121,7 @@ class Arm:
         ``total_timesteps`` either), and of the arms' own sections (:func:`sections`) only its
         own. The one statement of what an arm's job reads of ``rl``: its params (:meth:`rl_slice`)
         and which variants share its runs (:mod:`demo2rl.workflow.variants`)."""
-        if key in {"seeds", "arms", "checkpoint_every"}:
+        if f"rl.{key}" in config.RULE_ONLY_KEYS:
             return False
         if key in ALGORITHMS.values():
             return key == self.algorithm_section
@@ -137,11 +138,8 @@ class Arm:
     def budget(self, rl: Mapping[str, Any]) -> int:
         """Env steps per run under the ``rl`` config: its algorithm's budget
         (``rl.total_timesteps`` for PPO, ``rl.sac.total_timesteps`` for the off-policy arms)."""
-        return int(
-            rl[self.algorithm_section]["total_timesteps"]
-            if self.off_policy
-            else rl["total_timesteps"]
-        )
+        own = rl if self.reads_rl("total_timesteps") else rl[self.algorithm_section]
+        return int(own["total_timesteps"])
 
     @property
     def group(self) -> str:

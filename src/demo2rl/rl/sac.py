@@ -209,27 +209,25 @@ class SACStep:
             1, self._critic_loss, trainable, (frozen, obs, actions, target_q), tensors, states, lrs
         )
 
-        targets, sources = self.polyak
-        if not update_actor:  # a delayed step (TD3's): the critics only
-            th._foreach_lerp_([tensors[i] for i in targets], [tensors[i] for i in sources], tau)
+        logged = [ent_coef.reshape(())]
+        if update_actor:
+            # the actor: mean(ent_coef * log pi(a|s) - min_i Q_i(s, a)), with the updated critics
+            critics = self._params("critic", tensors)
+            actor_loss, log_prob = self._minimise(
+                0, self._actor_loss, actor, (critics, obs, noise, ent_coef), tensors, states, lrs
+            )
+            logged += [actor_loss, critic_loss]
+            if self.ent_coef_index is not None:
+                # SB3's loss -(log_ent_coef * (log_prob + target_entropy).detach()).mean() and its
+                # gradient -mean(log_prob + target_entropy), in closed form
+                surprise = (log_prob + self.target_entropy).mean()
+                logged.append(-(log_ent_coef * surprise).reshape(()))
+                self._apply(2, [-surprise.reshape(1)], tensors, states, lrs)
+        else:  # a delayed step (TD3's): the critics only; the actor's losses are NaN
             skipped = critic_loss.new_full((), float("nan"))
-            logged = [ent_coef.reshape(()), skipped, critic_loss]
-            return th.stack(logged + [skipped] * (self.ent_coef_index is not None))
+            logged += [skipped, critic_loss] + [skipped] * (self.ent_coef_index is not None)
 
-        # the actor: mean(ent_coef * log pi(a|s) - min_i Q_i(s, a)), with the updated critics
-        critics = self._params("critic", tensors)
-        actor_loss, log_prob = self._minimise(
-            0, self._actor_loss, actor, (critics, obs, noise, ent_coef), tensors, states, lrs
-        )
-
-        logged = [ent_coef.reshape(()), actor_loss, critic_loss]
-        if self.ent_coef_index is not None:
-            # SB3's loss -(log_ent_coef * (log_prob + target_entropy).detach()).mean() and its
-            # gradient -mean(log_prob + target_entropy), in closed form
-            surprise = (log_prob + self.target_entropy).mean()
-            logged.append(-(log_ent_coef * surprise).reshape(()))
-            self._apply(2, [-surprise.reshape(1)], tensors, states, lrs)
-
+        targets, sources = self.polyak
         th._foreach_lerp_([tensors[i] for i in targets], [tensors[i] for i in sources], tau)
         return th.stack(logged)
 
