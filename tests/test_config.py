@@ -285,10 +285,10 @@ def test_a_sac_update_ratio_that_is_no_whole_number_of_gradient_steps_is_named(r
     """0.3 x 16 envs is 4.8 gradient steps per vector step, 0.25 x 2 is half of one: refused
     when the config is read, naming the key and both values."""
     cfg = config.load(None)
-    cfg["rl"] |= {"n_envs": n_envs, "sac": cfg["rl"]["sac"] | {"updates_per_step": ratio}}
+    cfg["rl"]["sac"] |= {"n_envs": n_envs, "updates_per_step": ratio}
     with pytest.raises(config.ConfigError, match=r"rl\.sac\.updates_per_step.*whole number") as err:
         config.check(cfg)
-    assert f"{ratio} gradient steps per env step with rl.n_envs {n_envs}" in str(err.value)
+    assert f"{ratio} gradient steps per env step with rl.sac.n_envs {n_envs}" in str(err.value)
 
 
 @pytest.mark.parametrize(

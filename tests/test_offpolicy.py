@@ -227,10 +227,11 @@ SAC = RL_CFG["sac"] | {
     "critic_net_arch": [32, 32],
     "compile": False,  # a few thousand steps: compiling would cost more than it saves
 }
-KILLED_SAC = SAC | {"learning_starts": 1536, "compile": True}
+KILLED_SAC = SAC | {"learning_starts": 1536, "compile": True, "learning_rate": "lin_0.0003"}
 """The killed runs': 3,072 steps, a checkpoint every 512, a warm-up of uniformly random actions
 (the action space's own random stream, which the checkpoint holds too) up to 1,536; the rlpd
-run's update compiled, as config.yaml's (the resumed process compiles it anew)."""
+run's update compiled, as config.yaml's (the resumed process compiles it anew); the learning
+rate on a linear schedule (the resumed run must continue it, not restart it)."""
 RLPD = RL_CFG["rlpd"] | {"actor_from_clone": True}
 KILLED = {
     "rlpd": {"sac": KILLED_SAC | {"total_timesteps": 3072}, "rlpd": RLPD},
@@ -306,6 +307,13 @@ def test_a_killed_off_policy_run_resumes_bit_for_bit(
         for key, value in opt.state_dict()["state"].items():
             assert all(torch.equal(value[k], mine[key][k]) for k in value), name
     assert torch.equal(resumed.model.log_ent_coef, whole.model.log_ent_coef)
+    # the learning rates decayed to 0 at the end of the budget (where the last update came), the
+    # resumed run's too
+    rates = {n: o.param_groups[0]["lr"] for n, o in rl.state.optimizers(resumed.model).items()}
+    assert rates == {
+        n: o.param_groups[0]["lr"] for n, o in rl.state.optimizers(whole.model).items()
+    }
+    assert set(rates.values()) == {0.0}, rates
     assert resumed.model.replay_buffer.pos == whole.model.replay_buffer.pos
     assert same_rows(resumed.evaluations, whole.evaluations)
 

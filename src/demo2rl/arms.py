@@ -117,15 +117,16 @@ class Arm:
         """Whether its runs read ``rl.<key>`` (a key or section directly under ``rl``): not the
         seed and arm lists (adding a seed or an arm must not rerun the others), not
         ``checkpoint_every`` (a speed setting), of the algorithms' sections (:data:`ALGORITHMS`)
-        only its own algorithm's (an off-policy arm's budget is in it, so not
-        ``total_timesteps`` either), and of the arms' own sections (:func:`sections`) only its
-        own. The one statement of what an arm's job reads of ``rl``: its params (:meth:`rl_slice`)
-        and which variants share its runs (:mod:`demo2rl.workflow.variants`)."""
+        only its own algorithm's (an off-policy arm's budget and env count are in it, so not
+        ``total_timesteps`` and ``n_envs`` either), and of the arms' own sections
+        (:func:`sections`) only its own. The one statement of what an arm's job reads of
+        ``rl``: its params (:meth:`rl_slice`) and which variants share its runs
+        (:mod:`demo2rl.workflow.variants`)."""
         if f"rl.{key}" in config.RULE_ONLY_KEYS:
             return False
         if key in ALGORITHMS.values():
             return key == self.algorithm_section
-        if key == "total_timesteps":
+        if key in ("total_timesteps", "n_envs"):
             return not self.off_policy
         owner = sections().get(key)
         return owner is None or owner == self.name

@@ -338,10 +338,11 @@ class SACConfig(Section):
 
     PATH = "rl.sac"
     total_timesteps: int
+    n_envs: int
     buffer_size: int
     learning_starts: int
     batch_size: int
-    learning_rate: float
+    learning_rate: float | str
     gamma: float
     tau: float
     ent_coef: str | float
@@ -370,13 +371,13 @@ class RLPDConfig(Section):
 @dataclasses.dataclass(frozen=True)
 class RLConfig(Section):
     """``rl`` as one run reads it (:meth:`demo2rl.arms.Arm.rl_slice`): its algorithm's section
-    and its arm's own section only (None for the others; an off-policy run's budget is in
-    ``sac``, so it is not given ``total_timesteps``), and neither the seed and arm lists nor
-    ``checkpoint_every`` (a speed setting, passed as a resource)."""
+    and its arm's own section only (None for the others; an off-policy run's budget and env
+    count are in ``sac``, so it is given neither ``total_timesteps`` nor ``n_envs``), and neither
+    the seed and arm lists nor ``checkpoint_every`` (a speed setting, passed as a resource)."""
 
     PATH = "rl"
     total_timesteps: int | None
-    n_envs: int
+    n_envs: int | None
     vec_env: str
     device: str
     eval_every: int
@@ -395,6 +396,14 @@ class RLConfig(Section):
         if budget is None:
             raise ConfigError(f"{self.PATH}.total_timesteps", "missing")
         return budget
+
+    @property
+    def envs(self) -> int:
+        """Envs of the run's vector env: ``sac.n_envs`` for an off-policy arm, else ``n_envs``."""
+        envs = self.sac.n_envs if self.sac is not None else self.n_envs
+        if envs is None:
+            raise ConfigError(f"{self.PATH}.n_envs", "missing")
+        return envs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -469,7 +478,7 @@ def gradient_steps(updates_per_step: float, n_envs: int) -> int:
     if steps < 1 or abs(steps - round(steps)) > 1e-9:
         raise ConfigError(
             "rl.sac.updates_per_step",
-            f"{updates_per_step} gradient steps per env step with rl.n_envs {n_envs} envs is "
+            f"{updates_per_step} gradient steps per env step with rl.sac.n_envs {n_envs} envs is "
             f"{steps:g} per vector step: it must be a whole number, at least 1",
         )
     return round(steps)
@@ -535,7 +544,7 @@ def check(config: Mapping[str, Any]) -> None:
     if collect["n_episodes"] > seeds.BLOCK:
         raise ConfigError("collect.n_episodes", f"at most {seeds.BLOCK} episodes")
     rl = config["rl"]
-    gradient_steps(rl["sac"]["updates_per_step"], rl["n_envs"])
+    gradient_steps(rl["sac"]["updates_per_step"], rl["sac"]["n_envs"])
     for name, section in SECTIONS.items():
         rule_only = {k.partition(".")[2] for k in RULE_ONLY_KEYS if k.startswith(f"{name}.")}
         section.of({k: v for k, v in config[name].items() if k not in rule_only})

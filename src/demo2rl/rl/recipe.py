@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from stable_baselines3 import PPO
 from stable_baselines3.common.policies import ActorCriticPolicy
+from stable_baselines3.common.utils import LinearSchedule
 from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper, VecNormalize
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvObs, VecEnvStepReturn
 
@@ -36,7 +37,8 @@ from demo2rl.observations import ObservationKind
 from demo2rl.rl import replay, sac
 
 # --------------------------------------------------------------------------------------------
-# 1. the env: rl.n_envs copies, actions in [-1, 1], vector observations normalised (frozen)
+# 1. the env: rl.n_envs copies (rl.sac.n_envs off-policy), actions in [-1, 1], vector
+#    observations normalised (frozen)
 
 
 def make_training_env(
@@ -46,8 +48,9 @@ def make_training_env(
     action_space: gym.Space,
     n_workers: int,
 ) -> VecEnv:
-    """The RL vector env: ``rl.n_envs`` envs of ``rl.vec_env`` kind (native, dummy or
-    subproc with ``n_workers`` processes), ``task.frame_stack`` frames stacked, bounded Box
+    """The RL vector env: the run's envs (:attr:`demo2rl.config.RLConfig.envs`) of
+    ``rl.vec_env`` kind (native, dummy or subproc with ``n_workers`` processes),
+    ``task.frame_stack`` frames stacked, bounded Box
     actions rescaled to [-1, 1], and the frozen observation normalisation every arm shares
     (SB3's ``VecNormalize`` with ``training=False``, holding the dataset's training-split
     statistics, as the clone saw them), over a check that every action, observation and reward is
@@ -59,7 +62,7 @@ def make_training_env(
     venv: VecEnv = vec.make_vec_env(
         task.env_id,
         task.env_kwargs,
-        rl_cfg.n_envs,
+        rl_cfg.envs,
         rl_cfg.vec_env,
         n_workers=n_workers,
         wrap=wrap,
@@ -175,7 +178,7 @@ class Start:
         return DemoSAC(
             "MlpPolicy",
             self.env,
-            learning_rate=cfg.learning_rate,
+            learning_rate=learning_rate(cfg.learning_rate),
             buffer_size=cfg.buffer_size,
             learning_starts=cfg.learning_starts,
             batch_size=cfg.batch_size,
@@ -495,6 +498,16 @@ def sac_spec(policy_cfg: PolicyConfig, sac_cfg: Any) -> dict[str, Any]:
         "critic_layer_norm": sac_cfg.critic_layer_norm,
         "cnn": policy_cfg.cnn,
     }
+
+
+def learning_rate(value: float | str) -> float | LinearSchedule:
+    """``rl.sac.learning_rate`` as SB3 takes it: a number, or for ``lin_<start>``
+    (rl-baselines3-zoo's linear schedule) SB3's schedule from ``start`` down to 0 at the end of
+    the run's budget (SB3 counts the progress from the step count and the budget, so a resumed
+    run continues the same schedule)."""
+    if isinstance(value, str):
+        return LinearSchedule(float(value.removeprefix("lin_")), 0.0, 1.0)
+    return value
 
 
 def channels_as(demos: replay.DemoTransitions, space: gym.Space) -> replay.DemoTransitions:

@@ -119,6 +119,13 @@ class SACStep:
         ]
         self.ent_coef_index = index(model.log_ent_coef) if model.log_ent_coef is not None else None
         self.adam = [[index(p) for p in opt.param_groups[0]["params"]] for opt in self.optimizers]
+        # Adam's constants, read here: the compiled step must not read the param groups, whose
+        # learning rate a schedule changes (a guard on the group would recompile every call);
+        # None for another optimizer (it steps eagerly, by its own step: check_adam)
+        self.adam_constants = [
+            (*g["betas"], g["eps"], g["weight_decay"]) if "betas" in g else None
+            for g in (opt.param_groups[0] for opt in self.optimizers)
+        ]
         trainable = set(self.adam[1])
         self.critic_trainable = [(n, i) for n, i in self.names["critic"] if i in trainable]
         self.critic_frozen = [(n, i) for n, i in self.names["critic"] if i not in trainable]
@@ -322,9 +329,9 @@ class SACStep:
     ) -> None:
         """``torch.optim.Adam``'s step for optimizer ``which``: its ``_single_tensor_adam``
         arithmetic, as list operations (bias corrections in float64, per parameter)."""
-        group = self.optimizers[which].param_groups[0]
-        beta1, beta2 = group["betas"]
-        eps, weight_decay = group["eps"], group["weight_decay"]
+        constants = self.adam_constants[which]
+        assert constants is not None  # (compiled: check_adam passed)
+        beta1, beta2, eps, weight_decay = constants
         params = [tensors[i] for i in self.adam[which]]
         steps, exp_avgs, exp_avg_sqs = states[which]
         th._foreach_add_(steps, 1)

@@ -198,7 +198,7 @@ def _build_or_resume(
     saved, at = state.load_state(resume_from / state.CHECKPOINT, model)
     resumed = saved["resumed"] + 1
     if not (at.env_saved and resume_point.env_is_stateful(env)):
-        env.seed(seed + resumed * rl_cfg.n_envs)  # new episodes, in the RL seed block
+        env.seed(seed + resumed * rl_cfg.envs)  # new episodes, in the RL seed block
         log.warning(
             "%s has no state_dict()/load_state_dict(): resuming at step %d with every "
             "env reset (new episodes); weights, optimizer and random streams are the "
