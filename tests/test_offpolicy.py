@@ -437,7 +437,7 @@ once."""
 def _curve(arm: str, seed: int, demos_and_clone, state_dir) -> list[float]:  # noqa: F811
     """The held-out returns of a fresh run of ``arm`` (seed ``seed``) every LEARNING_EVERY env
     steps, from step 0 to LEARNING_STEPS."""
-    run = {"sac": SAC | {"total_timesteps": LEARNING_STEPS}, "eval_every": LEARNING_EVERY}
+    run = {"sac": SAC | {"total_timesteps": LEARNING_STEPS, "eval_every": LEARNING_EVERY}}
     spec = job(demos_and_clone, state_dir, arm, RL_CFG | run, eval_episodes=16, run_seed=seed)
     spec = dataclasses.replace(spec, **RUN_ARGS)
     result = rl.train_rl(spec, key=rl.run_key({"arm": arm, "seed": seed}))

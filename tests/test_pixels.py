@@ -277,6 +277,7 @@ def test_the_sac_arms_train_on_frames_stored_as_uint8(pixels, tmp_path, arm):
     cfg = RL_CFG | {"vec_env": "auto", "n_envs": 4, "eval_every": 256}
     cfg["sac"] = RL_CFG["sac"] | {
         "n_envs": 4,
+        "eval_every": 256,
         "total_timesteps": 256,
         "learning_starts": 64,
         "buffer_size": 1024,

@@ -165,7 +165,10 @@ def test_a_run_shares_on_exactly_the_rl_keys_it_is_given(arm):
     record = arms.get(arm) if arm != toy.name else toy
     sections = {k.split(".")[1] for k in given} & set(arms.ALGORITHMS.values())
     assert sections == {record.algorithm_section}  # its algorithm's hyperparameters only
-    assert ("rl.total_timesteps" in given) == (not record.off_policy)
+    # an off-policy run's budget, env count and evaluation spacing are rl.sac's, not rl's
+    for key in ("total_timesteps", "n_envs", "eval_every"):
+        assert (f"rl.{key}" in given) == (not record.off_policy)
+        assert (f"rl.sac.{key}" in given) == record.off_policy
     assert "arm=" not in (REPO / "config" / "schema.yaml").read_text()
 
 

@@ -117,16 +117,16 @@ class Arm:
         """Whether its runs read ``rl.<key>`` (a key or section directly under ``rl``): not the
         seed and arm lists (adding a seed or an arm must not rerun the others), not
         ``checkpoint_every`` (a speed setting), of the algorithms' sections (:data:`ALGORITHMS`)
-        only its own algorithm's (an off-policy arm's budget and env count are in it, so not
-        ``total_timesteps`` and ``n_envs`` either), and of the arms' own sections
-        (:func:`sections`) only its own. The one statement of what an arm's job reads of
+        only its own algorithm's (an off-policy arm reads :data:`demo2rl.config.OFF_POLICY_OWN`
+        from it, not from ``rl``), and of the arms' own sections (:func:`sections`) only its
+        own. The one statement of what an arm's job reads of
         ``rl``: its params (:meth:`rl_slice`) and which variants share its runs
         (:mod:`demo2rl.workflow.variants`)."""
         if f"rl.{key}" in config.RULE_ONLY_KEYS:
             return False
         if key in ALGORITHMS.values():
             return key == self.algorithm_section
-        if key in ("total_timesteps", "n_envs"):
+        if key in config.OFF_POLICY_OWN:
             return not self.off_policy
         owner = sections().get(key)
         return owner is None or owner == self.name

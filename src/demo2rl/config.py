@@ -339,6 +339,7 @@ class SACConfig(Section):
     PATH = "rl.sac"
     total_timesteps: int
     n_envs: int
+    eval_every: int
     buffer_size: int
     learning_starts: int
     batch_size: int
@@ -371,16 +372,16 @@ class RLPDConfig(Section):
 @dataclasses.dataclass(frozen=True)
 class RLConfig(Section):
     """``rl`` as one run reads it (:meth:`demo2rl.arms.Arm.rl_slice`): its algorithm's section
-    and its arm's own section only (None for the others; an off-policy run's budget and env
-    count are in ``sac``, so it is given neither ``total_timesteps`` nor ``n_envs``), and neither
-    the seed and arm lists nor ``checkpoint_every`` (a speed setting, passed as a resource)."""
+    and its arm's own section only (None for the others; an off-policy run reads the keys of
+    :data:`OFF_POLICY_OWN` from ``sac``, and is not given them here), and neither the seed and
+    arm lists nor ``checkpoint_every`` (a speed setting, passed as a resource)."""
 
     PATH = "rl"
     total_timesteps: int | None
     n_envs: int | None
     vec_env: str
     device: str
-    eval_every: int
+    eval_every: int | None
     ppo: PPOConfig | None
     sac: SACConfig | None
     warm_start: WarmStartConfig | None
@@ -390,20 +391,25 @@ class RLConfig(Section):
 
     @property
     def budget(self) -> int:
-        """Env steps of the run: ``sac.total_timesteps`` for an off-policy arm, else
-        ``total_timesteps``."""
-        budget = self.sac.total_timesteps if self.sac is not None else self.total_timesteps
-        if budget is None:
-            raise ConfigError(f"{self.PATH}.total_timesteps", "missing")
-        return budget
+        """Env steps of the run (``total_timesteps``, an off-policy run's in ``sac``)."""
+        return self._of_run("total_timesteps")
 
     @property
     def envs(self) -> int:
-        """Envs of the run's vector env: ``sac.n_envs`` for an off-policy arm, else ``n_envs``."""
-        envs = self.sac.n_envs if self.sac is not None else self.n_envs
-        if envs is None:
-            raise ConfigError(f"{self.PATH}.n_envs", "missing")
-        return envs
+        """Envs of the run's vector env (``n_envs``, an off-policy run's in ``sac``)."""
+        return self._of_run("n_envs")
+
+    @property
+    def evaluate_every(self) -> int:
+        """Env steps between the run's evaluations (``eval_every``, an off-policy run's in
+        ``sac``)."""
+        return self._of_run("eval_every")
+
+    def _of_run(self, key: str) -> int:
+        value = getattr(self.sac if self.sac is not None else self, key)
+        if value is None:
+            raise ConfigError(f"{self.PATH}.{key}", "missing")
+        return value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -445,6 +451,9 @@ SECTIONS: dict[str, type[Section]] = {
 """Every config section (but the top-level ``experiment`` and ``seed``) and its dataclass."""
 RULE_ONLY_KEYS = ("rl.seeds", "rl.arms", "rl.checkpoint_every")
 """Keys of those sections that the rules read and no dataclass holds."""
+OFF_POLICY_OWN = ("total_timesteps", "n_envs", "eval_every")
+"""Keys of ``rl`` that the off-policy (SAC) arms read from ``rl.sac`` instead (an off-policy env
+step costs more than PPO's, so their budget, env count and evaluation spacing are their own)."""
 
 
 # --------------------------------------------------------------------------------------------

@@ -73,9 +73,10 @@ def train_rl(
     The arms that use the clone take its observation normalisation from its checkpoint; the
     others build the same from the dataset's statistics with ``job.clip_obs``. ``key`` (see
     :func:`demo2rl.rl.state.run_key`) names the run: only state recorded under the same key
-    resumes. Every ``rl.eval_every`` env steps the policy drives ``job.eval_episodes`` held-out
-    episodes (``eval_seeds`` instead: benchmarks/arms.py chooses settings on tuning episodes,
-    :func:`demo2rl.learning.evaluation.tuning_seeds`). The job's speed settings (subproc workers,
+    resumes. Every ``rl.eval_every`` (``rl.sac.eval_every``) env steps the policy drives
+    ``job.eval_episodes`` held-out episodes (``eval_seeds`` instead: benchmarks/arms.py chooses
+    settings on tuning episodes, :func:`demo2rl.learning.evaluation.tuning_seeds`). The job's
+    speed settings (subproc workers,
     evaluation envs, checkpoint spacing) change speed and robustness, never the result of an
     uninterrupted run.
     ``log_metrics(metrics, step)`` receives every rollout's metrics.
@@ -103,7 +104,7 @@ def train_rl(
             _evaluator(job, model, inputs, eval_seeds),
             begin.evaluations,
             begin.resumed,
-            rl_cfg.eval_every,
+            rl_cfg.evaluate_every,
             job.checkpoint_every,
         )
         segment = _set_logger(model, state_dir, rl_cfg.budget, log_metrics, begin.at)
