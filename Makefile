@@ -95,32 +95,48 @@ diagnose: venv  ## the diagnosis of the RL arms (docs/arms.md), on the runs of `
 	$(BIN)/python benchmarks/arms.py --results results/racing --name diagnosis --episodes heldout \
 		--variants $(DIAGNOSIS)
 
-COST_RLPD = rlpd:eval_every=5000,sac.compile
+COST_RLPD = rlpd:sac.eval_every=5000,sac.compile
 COST_DIAGNOSIS = scratch:eval_every=10000 residual:eval_every=10000 \
 	$(COST_RLPD)=false,sac.updates_per_step=0.125 \
-	sac:eval_every=5000,sac.compile=false,sac.updates_per_step=0.125 \
+	sac:sac.eval_every=5000,sac.compile=false,sac.updates_per_step=0.125 \
 	$(COST_RLPD)=true,sac.updates_per_step=0.125 $(COST_RLPD)=true,sac.updates_per_step=0.0625 \
 	$(COST_RLPD)=true,sac.updates_per_step=0.125,sac.batch_size=128 \
 	'$(COST_RLPD)=true,sac.updates_per_step=0.125,sac.batch_size=128,sac.critic_net_arch=[128,128]' \
 	'$(COST_RLPD)=false,sac.updates_per_step=0.125,sac.critic_net_arch=[64,64]'
 
+# the first two rounds start from config/offpolicy.yaml's SAC setting (one update of 256 per env
+# step on 16 envs, a constant learning rate: the default until the third round)
 # the second round, around the cheapest setting that got to 85 soonest (16 samples per env step)
 COST_BASE = $(COST_RLPD)=true,sac.updates_per_step=0.125,sac.batch_size=128
 COST_SETTINGS = scratch:eval_every=10000 $(COST_BASE) $(COST_BASE),sac.policy_delay=2 \
 	$(COST_BASE),sac.n_steps=1 $(COST_BASE),rlpd.demo_fraction=0.25 $(COST_BASE),sac.n_critics=1 \
-	$(COST_BASE),n_envs=64 $(COST_RLPD)=true,sac.updates_per_step=0.25,sac.batch_size=128,sac.policy_delay=2
+	$(COST_BASE),sac.n_envs=64 $(COST_RLPD)=true,sac.updates_per_step=0.25,sac.batch_size=128,sac.policy_delay=2
 
-diagnose-cost: venv  ## what the demo arms cost in CPU seconds and env steps (docs/arms.md), on the dataset and clone of `make run` (about 80 min)
-	$(BIN)/python benchmarks/arms.py --results results/racing --name cost --variants $(COST_DIAGNOSIS)
-	$(BIN)/python benchmarks/arms.py --results results/racing --name cost-settings --variants $(COST_SETTINGS)
+# the third round, on config.yaml's SAC settings (chosen by it): 64 envs, 0.125 updates of 128
+# per env step; the learning rate constant or decaying to 0 from 3e-4 or 6e-4, 60k env steps,
+# 0.0625 updates of 256; each rlpd setting that ends high beside its sac control
+COST_ENDS = scratch:eval_every=10000 rlpd:sac.learning_rate=0.0003 \
+	rlpd:sac.learning_rate=lin_0.0003 sac:sac.learning_rate=lin_0.0003 \
+	rlpd:sac.learning_rate=lin_0.0003,sac.total_timesteps=60000 \
+	sac:sac.learning_rate=lin_0.0003,sac.total_timesteps=60000 \
+	rlpd:sac.learning_rate=lin_0.0003,sac.updates_per_step=0.0625,sac.batch_size=256 \
+	sac:sac.learning_rate=lin_0.0003,sac.updates_per_step=0.0625,sac.batch_size=256 \
+	rlpd:sac.updates_per_step=0.0625,sac.batch_size=256 rlpd sac
 
-TUNE_SAC_RUN = sac.total_timesteps=40000,eval_every=10000,sac.ent_coef
+diagnose-cost: venv  ## what the demo arms cost in CPU seconds and env steps (docs/arms.md), on the dataset and clone of `make run` (about 100 min)
+	$(BIN)/python benchmarks/arms.py --results results/racing --name cost --variants $(COST_DIAGNOSIS) \
+		--config config/offpolicy.yaml
+	$(BIN)/python benchmarks/arms.py --results results/racing --name cost-settings \
+		--variants $(COST_SETTINGS) --config config/offpolicy.yaml
+	$(BIN)/python benchmarks/arms.py --results results/racing --name cost-ends --variants $(COST_ENDS)
+
+TUNE_SAC_RUN = sac.total_timesteps=40000,sac.eval_every=10000,sac.ent_coef
 TUNE_SAC = rlpd:$(TUNE_SAC_RUN)=auto rlpd:$(TUNE_SAC_RUN)=auto_0.1 rlpd:$(TUNE_SAC_RUN)=auto_0.01 \
 	rlpd:$(TUNE_SAC_RUN)=auto_0.001 sac:$(TUNE_SAC_RUN)=auto_0.1 sac:$(TUNE_SAC_RUN)=auto_0.01
 
 tune-sac: venv  ## the SAC arms' entropy start on tuning tracks (docs/arms.md), on the dataset and clone of `make run` (about 35 min)
 	$(BIN)/python benchmarks/arms.py --results results/racing --name tune-sac --seeds 0 \
-		--variants $(TUNE_SAC)
+		--variants $(TUNE_SAC) --config config/offpolicy.yaml
 
 clean:  ## remove generated results (keeps .venv)
 	rm -rf results/* .snakemake

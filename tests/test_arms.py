@@ -48,11 +48,15 @@ def cartpole(tmp_path_factory) -> tuple[Path, Path]:
 
 def test_the_schema_leaves_the_arms_to_the_registry():
     """Any arm name passes the schema (an arm is the registry's), and the probe names an unknown
-    one; the schema's description names every built-in arm; the default is all of them."""
+    one; the schema's description names every built-in arm."""
     schema = yaml.safe_load((REPO / "config" / "schema.yaml").read_text())
     entry = schema["properties"]["rl"]["properties"]["arms"]
-    # the default: the PPO arms (make run's); all: every arm that applies
-    assert entry["default"] == [a for a in arms.BUILTIN if not arms.get(a).off_policy]
+    # the default (make run's): demo arms of both algorithms, each beside its own control and
+    # every one beside scratch PPO; all: every arm that applies
+    default = [arms.get(name) for name in entry["default"]]
+    assert {arm.algorithm for arm in default} == set(arms.ALGORITHMS)
+    assert all(arm.control in entry["default"] for arm in default if arm.control)
+    assert arms.CONTROL in entry["default"]
     assert probe.ALL_ARMS in entry["description"]
     assert all(arm in entry["description"] for arm in arms.BUILTIN)
     cfg = config.load({"rl": {"arms": ["bc", "td3"]}})  # the schema lets it through

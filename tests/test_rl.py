@@ -40,7 +40,15 @@ RL_CFG = configs.DEFAULTS["rl"] | {
     "warm_start": {"critic_warmup_steps": 512, "log_std": None, "bc_coef": 0.0, "bc_decay": 0.5},
     "residual": {"log_std": -0.5},
     "kickstart": {"coef": 1.0, "decay": 0.5},
-    "sac": configs.DEFAULTS["rl"]["sac"] | {"n_envs": 8, "eval_every": 1024},
+    # SAC at one update of 256 per env step on 8 envs (the learning tests' budgets are small)
+    "sac": configs.DEFAULTS["rl"]["sac"]
+    | {
+        "n_envs": 8,
+        "eval_every": 1024,
+        "updates_per_step": 1,
+        "batch_size": 256,
+        "learning_rate": 0.0003,
+    },
 }
 """The rl section of these tests (a mapping, changed per test); :func:`typed` gives a run its
 arm's slice as the workflow does."""

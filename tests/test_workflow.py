@@ -209,11 +209,11 @@ def test_classic_control_example_config_runs(tmp_path: Path):
 
 @pytest.mark.slow
 def test_discrete_action_example_config_runs(tmp_path: Path):
-    """CartPole-v1 (Discrete(2)) end to end with the default arms (the PPO arms, as config.yaml
-    has it): integer demonstrations, a categorical clone, every PPO arm (the residual on the
-    clone's logits; the SAC arms are Box-only, left out of all), evaluation and the summary."""
+    """CartPole-v1 (Discrete(2)) end to end with the arms its example config lists (every PPO
+    arm; the SAC arms are Box-only): integer demonstrations, a categorical clone, every PPO arm
+    (the residual on the clone's logits), evaluation and the summary."""
     spec, config = tiny("cartpole.yaml", tmp_path)
-    assert "vec_env" not in spec["rl"] and "arms" not in spec["rl"]
+    assert "vec_env" not in spec["rl"]
     snakemake(tmp_path, "--cores", "2", "--configfile", str(config))
     out = tmp_path / "results" / spec["experiment"]
     demos = dataset.read(out / "demos" / "demos.h5", verify=True)
