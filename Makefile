@@ -114,14 +114,15 @@ COST_SETTINGS = scratch:eval_every=10000 $(COST_BASE) $(COST_BASE),sac.policy_de
 
 # the third round, on config.yaml's SAC settings (chosen by it): 64 envs, 0.125 updates of 128
 # per env step; the learning rate constant or decaying to 0 from 3e-4 or 6e-4, 60k env steps,
-# 0.0625 updates of 256; each rlpd setting that ends high beside its sac control
+# 0.0625 updates of 256, 80k env steps; each rlpd setting that ends high beside its sac control
 COST_ENDS = scratch:eval_every=10000 rlpd:sac.learning_rate=0.0003 \
 	rlpd:sac.learning_rate=lin_0.0003 sac:sac.learning_rate=lin_0.0003 \
 	rlpd:sac.learning_rate=lin_0.0003,sac.total_timesteps=60000 \
 	sac:sac.learning_rate=lin_0.0003,sac.total_timesteps=60000 \
 	rlpd:sac.learning_rate=lin_0.0003,sac.updates_per_step=0.0625,sac.batch_size=256 \
 	sac:sac.learning_rate=lin_0.0003,sac.updates_per_step=0.0625,sac.batch_size=256 \
-	rlpd:sac.updates_per_step=0.0625,sac.batch_size=256 rlpd sac
+	rlpd:sac.updates_per_step=0.0625,sac.batch_size=256 \
+	rlpd:sac.total_timesteps=80000 sac:sac.total_timesteps=80000 rlpd sac
 
 diagnose-cost: venv  ## what the demo arms cost in CPU seconds and env steps (docs/arms.md), on the dataset and clone of `make run` (about 100 min)
 	$(BIN)/python benchmarks/arms.py --results results/racing --name cost --variants $(COST_DIAGNOSIS) \
