@@ -8,11 +8,14 @@ import re
 import typing
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from conftest import REPO, TEST_CONFIG, snakemake
 
-from demo2rl import arms, config
+from demo2rl import arms, config, tasks
+from demo2rl.learning import policy
+from demo2rl.rl import recipe as rl_recipe
 
 BASE = yaml.safe_load(TEST_CONFIG.read_text())
 
@@ -141,6 +144,35 @@ def test_typed_sections_hold_every_key_a_job_reads():
     for name, section in config.SECTIONS.items():
         in_schema = {p for p in leaves if p.startswith(f"{name}.")} - set(config.RULE_ONLY_KEYS)
         assert fields(section, f"{name}.") == in_schema, name
+
+
+def test_a_sac_run_counts_its_envs_evaluations_and_budget_from_rl_sac():
+    """rl.total_timesteps, rl.n_envs and rl.eval_every are the PPO arms'; a SAC arm's run reads
+    its own from rl.sac (config.OFF_POLICY_OWN), and its vector env has that many envs."""
+    cfg = config.load(None)
+    cfg["rl"] |= {"total_timesteps": 3000, "n_envs": 3, "eval_every": 300}
+    cfg["rl"]["sac"] |= {"total_timesteps": 2000, "n_envs": 8, "eval_every": 200}
+    for arm, own in (("scratch", cfg["rl"]), ("rlpd", cfg["rl"]["sac"])):
+        rl = config.RLConfig.of(arms.get(arm).rl_slice(cfg["rl"]))
+        got = (rl.budget, rl.envs, rl.evaluate_every)
+        assert got == (own["total_timesteps"], own["n_envs"], own["eval_every"]), arm
+        assert (rl.n_envs is None) == arms.get(arm).off_policy
+    env = rl_recipe.make_training_env(
+        config.TaskConfig.of(cfg["task"] | {"expert": None}),
+        dataclasses.replace(rl, vec_env="native"),
+        policy.obs_transform(*_space_stats(cfg["task"]["env_id"]), 10.0),
+        tasks.spaces(cfg["task"]["env_id"], {})[1],
+        n_workers=1,
+    )
+    try:
+        assert env.num_envs == 8
+    finally:
+        env.close()
+
+
+def _space_stats(env_id: str) -> tuple:
+    space = tasks.spaces(env_id, {})[0]
+    return space, {"obs_mean": np.zeros(space.shape), "obs_std": np.ones(space.shape)}
 
 
 def test_sections_are_frozen_and_typed():
