@@ -98,6 +98,10 @@ SPECIAL_VALUES: dict[str, Any] = {
     "rl.sac.ent_coef": 0.1,  # (auto is a string)
     "rl.sac.target_entropy": -3.0,
     "rl.sac.critic_net_arch": [16],
+    "rl.sac.learning_rate": 0.0003,  # (the default is a schedule: lin_0.0006)
+    # whole gradient steps per vector step: 0.25 x 8 envs, and 0.125 x 16
+    "rl.sac.updates_per_step": 0.25,
+    "rl.sac.n_envs": 16,
     "rl.seeds": [0, 1],
     "rl.arms": ["bc", "residual", "scratch"],  # an arm fewer: only what compares the arms reruns
     "rl.vec_env": "dummy",  # (native is what auto picks for Racing-v0: the same run)
