@@ -77,17 +77,16 @@ def planned_jobs(output: str) -> dict[str, int]:
 @pytest.mark.integration  # a real Snakemake invocation
 def test_schema_fills_defaults(tmp_path: Path):
     """A config of one section plans what the schema's defaults say: each default seed of
-    rl.seeds runs each arm of rl.arms' default (the PPO arms), and the expert, the clone and
-    every RL run are evaluated."""
+    rl.seeds runs each arm of rl.arms' default (scratch PPO, rlpd and sac), and the expert, the
+    clone and every RL run are evaluated."""
     minimal = {"experiment": "defaults", "collect": {"n_episodes": 4, "n_shards": 2}}
     path = tmp_path / "minimal.yaml"
     path.write_text(yaml.safe_dump(minimal))
     proc = snakemake(tmp_path, "-n", "--configfile", str(path))
     schema = yaml.safe_load((REPO / "config" / "schema.yaml").read_text())
     rl = schema["properties"]["rl"]["properties"]
-    ppo = [a for a in arms.BUILTIN if not arms.get(a).off_policy]
-    assert rl["arms"]["default"] == ppo
-    runs = len(rl["seeds"]["default"]) * len(ppo)
+    assert rl["arms"]["default"] == ["scratch", "rlpd", "sac"]
+    runs = len(rl["seeds"]["default"]) * 3
     jobs = planned_jobs(proc.stdout + proc.stderr)
     assert (jobs["collect_shard"], jobs["train_rl"], jobs["evaluate"]) == (2, runs, runs + 2), jobs
 
