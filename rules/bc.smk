@@ -2,7 +2,7 @@ rule train_bc:
     input:
         unpack(job_inputs(lambda wc: ("clone",))),
     output:
-        policy="{root}/bc/policy.pt",
+        policy=f"{{root}}/{names.CLONE}",
         metrics="{root}/bc/metrics.json",
     log:
         "{root}/logs/train_bc.log",

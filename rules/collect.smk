@@ -23,7 +23,7 @@ rule merge_demos:
     input:
         shards=from_variant(PLAN.shards),
     output:
-        out="{root}/demos/demos.h5",
+        out=f"{{root}}/{names.DEMOS}",
     log:
         "{root}/logs/merge_demos.log",
     benchmark:
@@ -48,7 +48,7 @@ rule import_demos:
     input:
         files=from_variant(PLAN.import_files),
     output:
-        out="{root}/demos/demos.h5",
+        out=f"{{root}}/{names.DEMOS}",
     log:
         "{root}/logs/import_demos.log",
     benchmark:
@@ -79,7 +79,7 @@ rule export:
 
 rule export_minari:
     input:
-        demos="{root}/demos/demos.h5",
+        demos=f"{{root}}/{names.DEMOS}",
     output:
         out=directory(f"{{root}}/{names.MINARI_DIR}"),
     log:

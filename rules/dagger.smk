@@ -56,7 +56,7 @@ rule train_dagger:
     input:
         unpack(dagger_inputs("train_dagger")),
     output:
-        policy=f"{DAGGER_DIR}/policy.pt",
+        policy=f"{{root}}/{names.ROUND_CLONE}",
         metrics=f"{DAGGER_DIR}/metrics.json",
     log:
         "{root}/logs/train_dagger/round-{round}.log",

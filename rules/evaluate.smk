@@ -6,7 +6,7 @@ rule evaluate:
     input:
         unpack(job_inputs(lambda wc: ("evaluation", wc.policy))),
     output:
-        out="{root}/eval/{policy}.json",
+        out=f"{{root}}/{names.EVALUATION}",
     log:
         "{root}/logs/evaluate/{policy}.log",
     benchmark:

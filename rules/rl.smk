@@ -6,7 +6,7 @@ rule train_rl:
     input:
         unpack(job_inputs(lambda wc: ("rl", wc.arm, wc.seed))),
     output:
-        policy=f"{RL_DIR}/policy.pt",
+        policy=f"{{root}}/{names.RL_CHECKPOINT}",
         progress=f"{RL_DIR}/progress.csv",
         evaluations=f"{RL_DIR}/evaluations.csv",
     log:

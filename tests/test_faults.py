@@ -142,6 +142,12 @@ class KilledWrite:
     tmp: Path  # the temporary file the killed writer was writing
     at_kill: int  # its size in bytes when the writer was stopped, then killed
 
+    @property
+    def output(self) -> Path:
+        """The output the killed writer was writing (a job writes several: which one was caught
+        depends on how soon the test saw each temporary file)."""
+        return self.tmp.with_name(re.sub(r"^\.(.+)\.tmp-\d+$", r"\1", self.tmp.name))
+
 
 def kill_while_writing(
     workdir: Path, config: Path, outputs: list[str], rule: str, *args: str, attempts: int = 10
@@ -276,14 +282,14 @@ def test_sigkill_while_writing_shard_dataset_and_clone_then_rerun_incomplete(
         killed = kill_while_writing(
             workdir, untracked_config, outputs, rule, *args, "--rerun-incomplete"
         )
-        final = killed.tmp.with_name(re.sub(r"^\.(.+)\.tmp-\d+$", r"\1", killed.tmp.name))
-        kills.append((rule, killed, final.relative_to(workdir)))
+        kills.append((rule, killed, killed.output.relative_to(workdir)))
         # the writer died between creating and renaming its file, with data written: the
         # half-written temporary file is left behind (no cleanup runs on SIGKILL), under a name
         # that no rule declares, and the output it was writing does not exist (Snakemake
         # removed the session's before the job started)
         assert killed.at_kill > WRITTEN
         assert killed.tmp.is_file(), f"{killed.tmp.name} was not left behind by the kill"
+        final = killed.output
         assert not final.exists(), f"{final.name} looks complete after a kill mid-write"
         unlock(workdir)
         # outputs the job wrote before the one caught (train_bc: the clone, then its metrics;

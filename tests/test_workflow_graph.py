@@ -41,9 +41,10 @@ def test_each_job_writes_under_its_variants_results():
         ("clone",): "r/bc/policy.pt",
         ("rl", "sac", "1"): "r/rl/sac/seed-1/policy.pt",
         ("evaluation", "rl-sac-seed1"): "r/eval/rl-sac-seed1.json",
+        ("round", "2"): "r/bc/dagger/round-2/policy.pt",
     }
     for job, path in outputs.items():
-        assert graph.kind(job).output("r", job[1:]) == path
+        assert graph.kind(job).output_of("r", job[1:]) == path
 
 
 def test_an_unknown_kind_is_named():
@@ -65,8 +66,8 @@ def test_a_new_kind_is_one_entry_and_the_sharing_follows_it(monkeypatch):
         "distill",
         rules=("train_distill",),
         inputs=lambda cfg, args: {"teacher": ("clone",)},
-        wildcards=lambda args: {},
-        output=lambda root, args: f"{root}/distill/policy.pt",
+        wildcards=(),
+        output="distill/policy.pt",
     )
     monkeypatch.setitem(graph.KINDS, "distill", distill)
     leaves = {

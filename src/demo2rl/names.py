@@ -1,7 +1,8 @@
-"""The names of a workflow's evaluated policies and RL runs, built and parsed here only.
+"""The names of a workflow's evaluated policies and RL runs, built and parsed here only, and the
+paths of the files the job graph reads (:data:`DEMOS`, :data:`CLONE`, :data:`ROUND_CLONE`,
+:data:`RL_CHECKPOINT`, :data:`EVALUATION`: each spelled once, for the rules that write them and
+for :data:`demo2rl.workflow.graph.KINDS`, which hands them to the rules that read them).
 
-(The fixed files of the other stages, such as ``bc/policy.pt``, are spelled in their rules and,
-for the job graph, in :data:`demo2rl.workflow.graph.KINDS`.)
 An RL run is an arm and a seed (:class:`RLRun`). It has one spelling per use:
 
 * its policy name ``rl-<arm>-seed<s>``: the evaluation record, the MLflow run, the summary;
@@ -35,6 +36,16 @@ a pattern of the ``round`` wildcard."""
 DAGGER_SHARD = f"{DAGGER_DIR}/shard-{{shard}}.h5"
 """One collection shard of a DAgger round, as a pattern of the ``round`` and ``shard``
 wildcards."""
+DEMOS = "demos/demos.h5"
+"""The dataset (merged from the shards, or imported) under a variant's results."""
+CLONE = "bc/policy.pt"
+"""The behaviour clone's checkpoint under a variant's results."""
+ROUND_CLONE = f"{DAGGER_DIR}/policy.pt"
+"""A DAgger round's clone under a variant's results, as a pattern of the ``round`` wildcard."""
+RL_CHECKPOINT = f"{RL_DIR}/policy.pt"
+"""An RL run's policy checkpoint under a variant's results, as a pattern of the wildcards."""
+EVALUATION = "eval/{policy}.json"
+"""A policy's held-out evaluation under a variant's results, as a pattern of ``policy``."""
 DAGGER_POLICY = "dagger{round}"
 """The evaluated policy (and its group) of a DAgger round's clone (round 0 is :data:`BC`)."""
 MAX_DAGGER_ROUNDS = 20

@@ -7,9 +7,9 @@ relabelling shards, the aggregate and the clone trained on it), ``("rl", arm, se
 run) or ``("evaluation", policy)`` (one policy on the held-out episodes). :data:`KINDS`
 says, per kind, which rules compute it (what config they read is the schema's ``x-read-by``),
 which jobs it reads (by the rule's input names) and where its main output goes under a
-variant's results. The rules' inputs and the
-variants' sharing both derive from it (:class:`demo2rl.workflow.plan.Plan`): a new upstream
-step is one entry here.
+variant's results (a path of :mod:`demo2rl.names`, which the rule writes too). The rules' inputs
+and the variants' sharing both derive from it (:class:`demo2rl.workflow.plan.Plan`): a new
+upstream step is one entry here.
 """
 
 from __future__ import annotations
@@ -33,16 +33,24 @@ class JobKind:
         the config keys each reads, ``x-read-by``, and the identities of the jobs it reads).
     :param inputs: the jobs one job reads, by the rule's input name, given the variant's config
         and the job's arguments.
-    :param wildcards: the job's wildcards, by name, given its arguments (what ``x-read-by``
-        selectors such as ``train_rl[arm=rlpd]`` match).
-    :param output: its main output, under a variant's results directory.
+    :param wildcards: the names of the rules' wildcards its arguments are, in order.
+    :param output: its main output under a variant's results: a pattern of those wildcards (a
+        path of :mod:`demo2rl.names`, the one its rule's output is spelled with).
     """
 
     name: str
     rules: tuple[str, ...]
     inputs: Callable[[Mapping[str, Any], tuple[str, ...]], dict[str, Job]]
-    wildcards: Callable[[tuple[str, ...]], dict[str, str]]
-    output: Callable[[str, tuple[str, ...]], str]
+    wildcards: tuple[str, ...]
+    output: str
+
+    def wildcards_of(self, args: tuple[str, ...]) -> dict[str, str]:
+        """A job's wildcards, by name, given its arguments."""
+        return dict(zip(self.wildcards, args, strict=True))
+
+    def output_of(self, root: str, args: tuple[str, ...]) -> str:
+        """A job's main output under the results directory ``root``."""
+        return f"{root}/{self.output.format(**self.wildcards_of(args))}"
 
 
 def final_clone(config: Mapping[str, Any]) -> Job:
@@ -86,8 +94,14 @@ def _evaluation_inputs(config: Mapping[str, Any], args: tuple[str, ...]) -> dict
     return {} if made_by is None else {"checkpoint": made_by, "demos": ("demos",)}
 
 
-def _rl_output(root: str, args: tuple[str, ...]) -> str:
-    return f"{names.RLRun(args[0], int(args[1])).dir(root)}/policy.pt"
+def _nothing(config: Mapping[str, Any], args: tuple[str, ...]) -> dict[str, Job]:
+    """Collection reads no job (its demonstrations come from the expert or a file)."""
+    return {}
+
+
+def _the_dataset(config: Mapping[str, Any], args: tuple[str, ...]) -> dict[str, Job]:
+    """Behaviour cloning reads the dataset."""
+    return {"demos": ("demos",)}
 
 
 KINDS: dict[str, JobKind] = {
@@ -96,38 +110,20 @@ KINDS: dict[str, JobKind] = {
         JobKind(
             "demos",
             rules=("collect_shard", "merge_demos", "import_demos"),
-            inputs=lambda config, args: {},
-            wildcards=lambda args: {},
-            output=lambda root, args: f"{root}/demos/demos.h5",
+            inputs=_nothing,
+            wildcards=(),
+            output=names.DEMOS,
         ),
-        JobKind(
-            "clone",
-            rules=("train_bc",),
-            inputs=lambda config, args: {"demos": ("demos",)},
-            wildcards=lambda args: {},
-            output=lambda root, args: f"{root}/bc/policy.pt",
-        ),
+        JobKind("clone", ("train_bc",), _the_dataset, wildcards=(), output=names.CLONE),
         JobKind(
             "round",
             rules=("dagger_shard", "aggregate_dagger", "train_dagger"),
             inputs=_round_inputs,
-            wildcards=lambda args: {"round": args[0]},
-            output=lambda root, args: f"{root}/{names.DAGGER_DIR.format(round=args[0])}/policy.pt",
+            wildcards=("round",),
+            output=names.ROUND_CLONE,
         ),
-        JobKind(
-            "rl",
-            rules=("train_rl",),
-            inputs=_rl_inputs,
-            wildcards=lambda args: {"arm": args[0], "seed": args[1]},
-            output=_rl_output,
-        ),
-        JobKind(
-            "evaluation",
-            rules=("evaluate",),
-            inputs=_evaluation_inputs,
-            wildcards=lambda args: {"policy": args[0]},
-            output=lambda root, args: f"{root}/eval/{args[0]}.json",
-        ),
+        JobKind("rl", ("train_rl",), _rl_inputs, ("arm", "seed"), names.RL_CHECKPOINT),
+        JobKind("evaluation", ("evaluate",), _evaluation_inputs, ("policy",), names.EVALUATION),
     )
 }
 """Every kind of job, by name."""

@@ -232,7 +232,7 @@ class Plan:
 
     def output(self, variant: Variant, job: graph.Job) -> str:
         """The main output of ``variant``'s job ``job``, where its owner writes it."""
-        return graph.kind(job).output(self.owner_root(variant, job), job[1:])
+        return graph.kind(job).output_of(self.owner_root(variant, job), job[1:])
 
     def inputs(self, variant: Variant, job: graph.Job) -> dict[str, str]:
         """The outputs ``variant``'s job ``job`` reads, by the rule's input name."""

@@ -295,7 +295,7 @@ class Sharing:
     def _identity(self, variant: str, job: graph.Job) -> tuple[str, ...]:
         kind, args = graph.kind(job), job[1:]
         upstream = kind.inputs(self.configs[variant], args).values()
-        wildcards = kind.wildcards(args)
+        wildcards = kind.wildcards_of(args)
         return (
             *(part for needed in upstream for part in self._identity(variant, needed)),
             *(self._values(variant, rule, **wildcards) for rule in kind.rules),
