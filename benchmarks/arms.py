@@ -82,8 +82,8 @@ def run_one(
         "seed": run_seed,
         "episodes": episodes,
         "config": config,
-        "demos": read_attrs(f"{results}/demos/demos.h5")["content_hash"],
-        "bc": hashlib.sha256(Path(f"{results}/bc/policy.pt").read_bytes()).hexdigest(),
+        "demos": read_attrs(f"{results}/{names.DEMOS}")["content_hash"],
+        "bc": hashlib.sha256(Path(f"{results}/{names.CLONE}").read_bytes()).hexdigest(),
         "code": provenance.code_fingerprint(
             "demo2rl.stages.train_rl", "demo2rl.learning.evaluation"
         ),
@@ -166,8 +166,8 @@ def _train_and_evaluate(
             rl=config_lib.RLConfig.of(rl_cfg),
             clip_obs=config["bc"]["clip_obs"],
             eval_episodes=evaluate.during_training,
-            demos=f"{results}/demos/demos.h5",
-            clone=f"{results}/bc/policy.pt" if arms.get(arm).uses_clone(rl_cfg) else None,
+            demos=f"{results}/{names.DEMOS}",
+            clone=f"{results}/{names.CLONE}" if arms.get(arm).uses_clone(rl_cfg) else None,
             state_dir=state_dir,
             threads=1,
             eval_envs=evaluate.n_envs,

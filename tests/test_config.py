@@ -8,6 +8,7 @@ import re
 import typing
 from pathlib import Path
 
+import configs
 import numpy as np
 import pytest
 import yaml
@@ -156,22 +157,19 @@ def test_a_sac_run_counts_its_envs_evaluations_and_budget_from_rl_sac():
         got = (rl.budget, rl.envs, rl.evaluate_every)
         assert got == (own["total_timesteps"], own["n_envs"], own["eval_every"]), arm
         assert (rl.n_envs is None) == arms.get(arm).off_policy
+    obs_space, act_space = tasks.spaces(cfg["task"]["env_id"], {})
+    stats = {"obs_mean": np.zeros(obs_space.shape), "obs_std": np.ones(obs_space.shape)}
     env = rl_recipe.make_training_env(
-        config.TaskConfig.of(cfg["task"] | {"expert": None}),
+        configs.task(cfg["task"]["env_id"]),
         dataclasses.replace(rl, vec_env="native"),
-        policy.obs_transform(*_space_stats(cfg["task"]["env_id"]), 10.0),
-        tasks.spaces(cfg["task"]["env_id"], {})[1],
+        policy.obs_transform(obs_space, stats, 10.0),
+        act_space,
         n_workers=1,
     )
     try:
         assert env.num_envs == 8
     finally:
         env.close()
-
-
-def _space_stats(env_id: str) -> tuple:
-    space = tasks.spaces(env_id, {})[0]
-    return space, {"obs_mean": np.zeros(space.shape), "obs_std": np.ones(space.shape)}
 
 
 def test_sections_are_frozen_and_typed():

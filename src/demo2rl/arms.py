@@ -119,9 +119,8 @@ class Arm:
         ``checkpoint_every`` (a speed setting), of the algorithms' sections (:data:`ALGORITHMS`)
         only its own algorithm's (an off-policy arm reads :data:`demo2rl.config.OFF_POLICY_OWN`
         from it, not from ``rl``), and of the arms' own sections (:func:`sections`) only its
-        own. The one statement of what an arm's job reads of
-        ``rl``: its params (:meth:`rl_slice`) and which variants share its runs
-        (:mod:`demo2rl.workflow.variants`)."""
+        own. The one statement of what an arm's job reads of ``rl``: its params
+        (:meth:`rl_slice`) and which variants share its runs (:mod:`demo2rl.workflow.variants`)."""
         if f"rl.{key}" in config.RULE_ONLY_KEYS:
             return False
         if key in ALGORITHMS.values():

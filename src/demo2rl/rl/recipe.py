@@ -50,9 +50,9 @@ def make_training_env(
 ) -> VecEnv:
     """The RL vector env: the run's envs (:attr:`demo2rl.config.RLConfig.envs`) of
     ``rl.vec_env`` kind (native, dummy or subproc with ``n_workers`` processes),
-    ``task.frame_stack`` frames stacked, bounded Box
-    actions rescaled to [-1, 1], and the frozen observation normalisation every arm shares
-    (SB3's ``VecNormalize`` with ``training=False``, holding the dataset's training-split
+    ``task.frame_stack`` frames stacked, bounded Box actions rescaled to [-1, 1], and the
+    frozen observation normalisation every arm shares (SB3's ``VecNormalize`` with
+    ``training=False``, holding the dataset's training-split
     statistics, as the clone saw them), over a check that every action, observation and reward is
     finite (:class:`CheckFinite`). Images (a :class:`demo2rl.learning.policy.ImageObs` transform)
     are not normalised: PPO itself transposes them (``VecTransposeImage``) and the network

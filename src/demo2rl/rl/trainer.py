@@ -76,9 +76,8 @@ def train_rl(
     resumes. Every ``rl.eval_every`` (``rl.sac.eval_every``) env steps the policy drives
     ``job.eval_episodes`` held-out episodes (``eval_seeds`` instead: benchmarks/arms.py chooses
     settings on tuning episodes, :func:`demo2rl.learning.evaluation.tuning_seeds`). The job's
-    speed settings (subproc workers,
-    evaluation envs, checkpoint spacing) change speed and robustness, never the result of an
-    uninterrupted run.
+    speed settings (subproc workers, evaluation envs, checkpoint spacing) change speed and
+    robustness, never the result of an uninterrupted run.
     ``log_metrics(metrics, step)`` receives every rollout's metrics.
 
     Raises :class:`Preempted` after checkpointing when SIGTERM arrives.

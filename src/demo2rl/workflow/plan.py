@@ -360,7 +360,7 @@ class Plan:
         for v in self.variants.values():
             targets += [self.output(v, ("demos",)), self.output(v, ("clone",))]
             targets += [self.output(v, ("round", str(r))) for r in v.rounds]
-            targets += [f"{self.run_dir(v, run)}/policy.pt" for run in v.runs]
+            targets += [self.output(v, ("rl", run.arm, str(run.seed))) for run in v.runs]
         for v in self.variants.values():
             targets += self.report_targets(v)
         if len(self.variants) > 1:
