@@ -112,24 +112,33 @@ COST_SETTINGS = scratch:eval_every=10000 $(COST_BASE) $(COST_BASE),sac.policy_de
 	$(COST_BASE),sac.n_steps=1 $(COST_BASE),rlpd.demo_fraction=0.25 $(COST_BASE),sac.n_critics=1 \
 	$(COST_BASE),sac.n_envs=64 $(COST_RLPD)=true,sac.updates_per_step=0.25,sac.batch_size=128,sac.policy_delay=2
 
-# the third round, on config.yaml's SAC settings (chosen by it): 64 envs, 0.125 updates of 128
-# per env step; the learning rate constant or decaying to 0 from 3e-4 or 6e-4, 60k env steps,
-# 0.0625 updates of 256, 80k env steps; each rlpd setting that ends high beside its sac control
-COST_ENDS = scratch:eval_every=10000 rlpd:sac.learning_rate=0.0003 \
-	rlpd:sac.learning_rate=lin_0.0003 sac:sac.learning_rate=lin_0.0003 \
-	rlpd:sac.learning_rate=lin_0.0003,sac.total_timesteps=60000 \
-	sac:sac.learning_rate=lin_0.0003,sac.total_timesteps=60000 \
-	rlpd:sac.learning_rate=lin_0.0003,sac.updates_per_step=0.0625,sac.batch_size=256 \
-	sac:sac.learning_rate=lin_0.0003,sac.updates_per_step=0.0625,sac.batch_size=256 \
-	rlpd:sac.updates_per_step=0.0625,sac.batch_size=256 \
-	rlpd:sac.total_timesteps=80000 sac:sac.total_timesteps=80000 rlpd sac
+# the third round, on config.yaml's SAC settings (chosen by it) but for the actor delay (1 then):
+# 64 envs, 0.125 updates of 128 per env step; the learning rate constant or decaying to 0 from
+# 3e-4 or 6e-4, 60k env steps, 0.0625 updates of 256, 80k env steps; each rlpd setting that ends
+# high beside its sac control
+D1 = sac.policy_delay=1
+COST_ENDS = scratch:eval_every=10000 rlpd:sac.learning_rate=0.0003,$(D1) \
+	rlpd:sac.learning_rate=lin_0.0003,$(D1) sac:sac.learning_rate=lin_0.0003,$(D1) \
+	rlpd:sac.learning_rate=lin_0.0003,sac.total_timesteps=60000,$(D1) \
+	sac:sac.learning_rate=lin_0.0003,sac.total_timesteps=60000,$(D1) \
+	rlpd:sac.learning_rate=lin_0.0003,sac.updates_per_step=0.0625,sac.batch_size=256,$(D1) \
+	sac:sac.learning_rate=lin_0.0003,sac.updates_per_step=0.0625,sac.batch_size=256,$(D1) \
+	rlpd:sac.updates_per_step=0.0625,sac.batch_size=256,$(D1) \
+	rlpd:sac.total_timesteps=80000,$(D1) sac:sac.total_timesteps=80000,$(D1) \
+	rlpd:$(D1) sac:$(D1)
 
-diagnose-cost: venv  ## what the demo arms cost in CPU seconds and env steps (docs/arms.md), on the dataset and clone of `make run` (about 100 min)
+# the fourth round, around the third's end (config.yaml's SAC settings today): the actor delay
+# (1 or 2, each beside its sac control), critics [192, 192], the update run eagerly
+COST_DELAY = scratch:eval_every=10000 rlpd:$(D1) sac:$(D1) rlpd sac \
+	'rlpd:sac.critic_net_arch=[192,192],$(D1)' rlpd:sac.compile=false,$(D1)
+
+diagnose-cost: venv  ## what the demo arms cost in CPU seconds and env steps (docs/arms.md), on the dataset and clone of `make run` (about 125 min)
 	$(BIN)/python benchmarks/arms.py --results results/racing --name cost --variants $(COST_DIAGNOSIS) \
 		--config config/offpolicy.yaml
 	$(BIN)/python benchmarks/arms.py --results results/racing --name cost-settings \
 		--variants $(COST_SETTINGS) --config config/offpolicy.yaml
 	$(BIN)/python benchmarks/arms.py --results results/racing --name cost-ends --variants $(COST_ENDS)
+	$(BIN)/python benchmarks/arms.py --results results/racing --name cost-delay --variants $(COST_DELAY)
 
 TUNE_SAC_RUN = sac.total_timesteps=40000,sac.eval_every=10000,sac.ent_coef
 TUNE_SAC = rlpd:$(TUNE_SAC_RUN)=auto rlpd:$(TUNE_SAC_RUN)=auto_0.1 rlpd:$(TUNE_SAC_RUN)=auto_0.01 \

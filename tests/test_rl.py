@@ -48,6 +48,7 @@ RL_CFG = configs.DEFAULTS["rl"] | {
         "updates_per_step": 1,
         "batch_size": 256,
         "learning_rate": 0.0003,
+        "policy_delay": 1,
     },
 }
 """The rl section of these tests (a mapping, changed per test); :func:`typed` gives a run its
