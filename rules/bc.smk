@@ -21,7 +21,7 @@ rule train_bc:
         **PLAN.params("train_bc"),
         tracking=TRACKING,
     script:
-        "../scripts/train_bc.py"
+        "../scripts/run_stage.py"
 
 
 rule plot_bc:

@@ -16,7 +16,7 @@ rule collect_shard:
         **PLAN.params("collect_shard"),
         tracking=TRACKING,
     script:
-        "../scripts/collect_shard.py"
+        "../scripts/run_stage.py"
 
 
 rule merge_demos:
@@ -41,7 +41,7 @@ rule merge_demos:
         **PLAN.params("merge_demos"),
         tracking=TRACKING,
     script:
-        "../scripts/merge_demos.py"
+        "../scripts/run_stage.py"
 
 
 rule import_demos:
@@ -66,7 +66,7 @@ rule import_demos:
         **PLAN.params("import_demos"),
         tracking=TRACKING,
     script:
-        "../scripts/import_demos.py"
+        "../scripts/run_stage.py"
 
 
 # `make export` (`snakemake export`): every variant's dataset as a Minari dataset, under
@@ -94,4 +94,4 @@ rule export_minari:
         **PLAN.params("export_minari"),
         tracking=TRACKING,
     script:
-        "../scripts/export_minari.py"
+        "../scripts/run_stage.py"

@@ -26,7 +26,7 @@ rule dagger_shard:
         **PLAN.params("dagger_shard"),
         tracking=TRACKING,
     script:
-        "../scripts/dagger_shard.py"
+        "../scripts/run_stage.py"
 
 
 rule aggregate_dagger:
@@ -49,7 +49,7 @@ rule aggregate_dagger:
         **PLAN.params("aggregate_dagger"),
         tracking=TRACKING,
     script:
-        "../scripts/aggregate_dagger.py"
+        "../scripts/run_stage.py"
 
 
 rule train_dagger:
@@ -74,4 +74,4 @@ rule train_dagger:
         **PLAN.params("train_dagger"),
         tracking=TRACKING,
     script:
-        "../scripts/train_dagger.py"
+        "../scripts/run_stage.py"

@@ -24,4 +24,4 @@ rule evaluate:
         **PLAN.params("evaluate"),
         tracking=TRACKING,
     script:
-        "../scripts/evaluate.py"
+        "../scripts/run_stage.py"

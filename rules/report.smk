@@ -45,7 +45,7 @@ rule summarize:
         **PLAN.params("summarize"),
         tracking=TRACKING,
     script:
-        "../scripts/summarize.py"
+        "../scripts/run_stage.py"
 
 
 rule plot_summary:
@@ -133,7 +133,7 @@ rule compare_variants:
         **PLAN.params("compare_variants"),
         tracking=TRACKING,
     script:
-        "../scripts/compare_variants.py"
+        "../scripts/run_stage.py"
 
 
 rule plot_variants:

@@ -26,4 +26,4 @@ rule train_rl:
         **PLAN.params("train_rl"),
         tracking=TRACKING,
     script:
-        "../scripts/train_rl.py"
+        "../scripts/run_stage.py"

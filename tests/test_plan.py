@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import importlib.util
+import inspect
 
 import pytest
 import yaml
@@ -111,6 +112,20 @@ def _rule_values(plan, rule, wildcards):
     params = {k: f(wc) if callable(f) else f for k, f in plan.params(rule).items()}
     resources = {k: f(wc) for k, f in plan.resources(rule).items()}
     return params, resources
+
+
+@pytest.mark.parametrize("rule", sorted(registry.SPECS))
+def test_a_heavy_rules_stage_is_the_function_of_its_name_in_the_module_of_its_name(rule):
+    """What scripts/run_stage.py runs for the rule, and where its code fingerprint starts."""
+    stage = registry.stage(rule)
+    assert stage.__name__ == rule
+    assert stage.__module__ == registry.stage_module(rule) == f"demo2rl.stages.{rule}"
+    assert list(inspect.signature(stage).parameters)[:2] == ["job", "run"]
+
+
+def test_a_rule_that_is_not_heavy_has_no_stage_and_the_error_names_the_heavy_ones():
+    with pytest.raises(KeyError, match="'plot_bc' is no heavy rule .*train_rl"):
+        registry.stage("plot_bc")
 
 
 @pytest.mark.parametrize("rule", sorted(registry.SPECS))

@@ -155,8 +155,9 @@ def edit(path: Path, old: str, new: str) -> str:
 def test_comment_only_script_edit_reruns_that_rule(tree):
     """Documented behaviour: Snakemake's `code` trigger reruns a script rule whose script is
     newer than its outputs (it goes by the script's modification time, not its text), so any
-    edit of scripts/train_bc.py, a comment too, reruns train_bc and what follows it."""
-    script = tree / "scripts" / "train_bc.py"
+    edit of scripts/plot_bc.py, a comment too, reruns plot_bc (scripts/run_stage.py, every heavy
+    rule's script, reruns them all)."""
+    script = tree / "scripts" / "plot_bc.py"
     stat = script.stat()
     original = edit(script, "from demo2rl", "# a comment\nfrom demo2rl")
     try:
@@ -164,8 +165,8 @@ def test_comment_only_script_edit_reruns_that_rule(tree):
     finally:  # the script as it was, its time too: the tree stays up to date for other cases
         script.write_text(original)
         os.utime(script, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    assert jobs.get("train_bc") == 1
-    assert "collect_shard" not in jobs
+    assert jobs.get("plot_bc") == 1
+    assert "train_bc" not in jobs and "collect_shard" not in jobs
 
 
 def test_dataset_hash_does_not_depend_on_the_number_of_shards(tree, test_workflow):
@@ -231,12 +232,15 @@ the evaluations) and BC's threads to."""
 
 SPY = """\
 # Loaded by every Python process of the rerun (it is sitecustomize on their PYTHONPATH): in the
-# jobs of the rules below, records the envs of each rollout and the torch threads BC sets.
+# jobs of the rules below, records the envs of each rollout and the torch threads BC sets. A
+# heavy rule's job runs scripts/run_stage.py (as .snakemake/scripts/tmp<random>.run_stage.py);
+# its rule is the snakemake object's, which run_rule is handed.
 import json, os, sys
 
 _log = os.environ.get("DEMO2RL_TEST_SPY_LOG")
 _script = os.path.basename(sys.argv[0]) if sys.argv else ""
-_rule = _script.rsplit(".", 2)[-2] if _script.count(".") >= 2 else ""
+_rule = ""
+SPIED = ("collect_shard", "train_bc", "train_rl", "evaluate")
 
 
 def _record(**what):
@@ -244,29 +248,38 @@ def _record(**what):
         out.write(json.dumps({"rule": _rule, "pid": os.getpid(), **what}) + "\\n")
 
 
-if _log and _rule in ("collect_shard", "train_bc", "train_rl", "evaluate"):
+if _log and _script.endswith(".run_stage.py"):
     from demo2rl.demos import rollout
+    from demo2rl.workflow import runner
 
+    _run_rule = runner.run_rule
+
+    def _spied_run_rule(smk):
+        global _rule
+        _rule = smk.rule
+        if _rule == "train_bc":
+            import torch
+
+            _set_num_threads = torch.set_num_threads
+
+            def _spied_set_num_threads(n):
+                _record(torch_threads=n)
+                _set_num_threads(n)
+
+            torch.set_num_threads = _spied_set_num_threads
+        return _run_rule(smk)
+
+    runner.run_rule = _spied_run_rule
     _run_episodes = rollout.run_episodes
 
     def _spied_run_episodes(*args, n_envs, **kwargs):
-        _record(n_envs=n_envs)
+        if _rule in SPIED:
+            _record(n_envs=n_envs)
         return _run_episodes(*args, n_envs=n_envs, **kwargs)
 
     rollout.run_episodes = _spied_run_episodes
-    if _rule == "train_bc":
-        import torch
-
-        _set_num_threads = torch.set_num_threads
-
-        def _spied_set_num_threads(n):
-            _record(torch_threads=n)
-            _set_num_threads(n)
-
-        torch.set_num_threads = _spied_set_num_threads
 """
-"""The spy of the speed settings (Snakemake runs a rule's script as .snakemake/scripts/
-tmp<random>.<rule>.py, which names the rule)."""
+"""The spy of the speed settings."""
 SPIED_LOGS = {
     "collect_shard": "logs/collect_shard/*.log",
     "train_bc": "logs/train_bc.log",

@@ -331,7 +331,7 @@ class Requeued:
 
 def trainer_pids(jobid: str) -> list[int]:
     """The job's RL trainer: the process that runs the rule's script (Snakemake runs it as
-    .snakemake/scripts/tmp*.train_rl.py), not the Snakemake process around it."""
+    .snakemake/scripts/tmp*.run_stage.py), not the Snakemake process around it."""
     pids = []
     for line in slurm("scontrol", "listpids", jobid).splitlines()[1:]:
         pid = int(line.split()[0])
@@ -339,8 +339,8 @@ def trainer_pids(jobid: str) -> list[int]:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except (FileNotFoundError, ProcessLookupError):
             continue
-        # python .../tmpXXXX.train_rl.py (not the shell that Snakemake starts it with)
-        if len(argv) > 1 and argv[1].endswith(b".train_rl.py") and b"python" in argv[0]:
+        # python .../tmpXXXX.run_stage.py (not the shell that Snakemake starts it with)
+        if len(argv) > 1 and argv[1].endswith(b".run_stage.py") and b"python" in argv[0]:
             pids.append(pid)
     return pids
 

@@ -198,10 +198,12 @@ def test_a_variant_shares_with_the_first_earlier_variant_alike_and_speed_keys_sh
     assert changed.owner("more", "rl", "scratch", "0") == "more"  # normalisation statistics
 
 
-def test_every_shorthand_key_reads_nothing():
-    """The section's own keys shape the set of jobs; no job reads them."""
+def test_only_the_comparison_across_variants_reads_the_variants_section():
+    """The section's own keys shape the set of jobs; no job of a variant reads them, only the
+    comparison across the variants (the overrides it labels each variant with)."""
     keys = [k for k in LEAVES if k.startswith("variants.")]
-    assert keys and all(LEAVES[k]["x-read-by"] == [] for k in keys)
+    assert keys and all(set(LEAVES[k]["x-read-by"]) <= {"compare_variants"} for k in keys)
+    assert any(LEAVES[k]["x-read-by"] for k in keys)
 
 
 # --------------------------------------------------------------------------------------------

@@ -59,6 +59,9 @@ class RLResult:
 class Preempted(Exception):
     """The run received SIGTERM; its checkpoint is saved and rerunning the job resumes it."""
 
+    exit_code = PREEMPTED_EXIT_CODE
+    """The status the job exits with (:func:`demo2rl.workflow.runner.run_rule`)."""
+
 
 def train_rl(
     job: RLJob,

@@ -1,7 +1,16 @@
-"""Each heavy rule's job spec, by rule name: what the Plan and the runner look up (stages import
-their own spec's module only)."""
+"""Each heavy rule's job spec and stage, by rule name: what the Plan and the runner look up
+(stages import their own spec's module only).
+
+A heavy rule's stage is the function of the rule's name in the module of that name under
+:mod:`demo2rl.stages` (:func:`stage`); every heavy rule runs it through the one script,
+scripts/run_stage.py, and its code fingerprint starts there (:func:`stage_module`).
+"""
 
 from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
 
 from demo2rl.specs import (
     aggregate_dagger,
@@ -32,4 +41,17 @@ SPECS: dict[str, type] = {
     "summarize": summarize.SummarizeJob,
     "compare_variants": compare_variants.CompareJob,
 }
-"""Each heavy rule's spec (the stage module of the same name runs it)."""
+"""Each heavy rule's spec (the stage of the same name runs it: :func:`stage`)."""
+
+
+def stage_module(rule: str) -> str:
+    """The module of ``rule``'s stage."""
+    return f"demo2rl.stages.{rule}"
+
+
+def stage(rule: str) -> Callable[[Any, Any], Any]:
+    """The stage of heavy rule ``rule``: ``stage(spec, run)``, imported at job time (the Plan
+    reads the specs only; a stage imports what its job needs, torch included)."""
+    if rule not in SPECS:
+        raise KeyError(f"{rule!r} is no heavy rule (they are: {', '.join(SPECS)})")
+    return getattr(importlib.import_module(stage_module(rule)), rule)

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def evaluate_policy(job: EvaluateJob, run: Run) -> dict[str, Any]:
+def evaluate(job: EvaluateJob, run: Run) -> dict[str, Any]:
     """Evaluate one policy (``expert``, ``bc`` or ``rl-<arm>-seed<s>``) on the held-out tracks.
 
     Writes the evaluation record (per-episode metrics, the raw info values, the first episode's

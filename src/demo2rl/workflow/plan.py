@@ -325,7 +325,7 @@ class Plan:
         modules of the variant's env and expert; the fingerprint follows their imports."""
         spec = registry.SPECS.get(rule)
         task = spec.TASK_CODE if spec else rule in TASK_CODE_PLOTS
-        stage = f"demo2rl.stages.{rule}"
+        stage = registry.stage_module(rule)
         return (stage, *subject.task_code) if task else (stage,)
 
     def resources(self, rule: str) -> dict[str, Any]:

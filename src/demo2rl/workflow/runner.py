@@ -1,7 +1,8 @@
 """Glue shared by the Snakemake scripts: logging to the rule's log file and the job's MLflow run.
 
-Scripts stay thin: a heavy rule's is one call, :func:`run_rule` (its job spec built from the
-``snakemake`` object, handed to the stage); a plot's calls its stage inside :func:`job`.
+Scripts stay thin: every heavy rule runs scripts/run_stage.py, one call of :func:`run_rule` (the
+rule's job spec built from the ``snakemake`` object, handed to its stage); a plot's script calls
+its stage inside :func:`job`.
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ import contextlib
 import logging
 import sys
 import time
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Iterator
+from typing import Any
 
 from demo2rl import names, provenance, spec_fields, tracking
 from demo2rl.config import TrackingConfig
@@ -22,7 +23,6 @@ RESULT_NEUTRAL = True
 covers this module."""
 
 log = logging.getLogger("demo2rl")
-T = TypeVar("T")
 
 
 def setup_logging(path: str | None) -> None:
@@ -41,9 +41,11 @@ def setup_logging(path: str | None) -> None:
     logging.captureWarnings(True)
 
 
-def run_rule(smk: Any, stage: Callable[[Any, Any], T]) -> T:
-    """Run a heavy rule's stage: its job spec (:data:`demo2rl.specs.registry.SPECS`, built from the
-    ``snakemake`` object) and its MLflow run, inside :func:`job`."""
+def run_rule(smk: Any) -> Any:
+    """Run a heavy rule's stage (:func:`demo2rl.specs.registry.stage`) on its job spec
+    (:data:`demo2rl.specs.registry.SPECS`, built from the ``snakemake`` object), inside
+    :func:`job`: every heavy rule's script. A stage's exception with an ``exit_code`` (an RL
+    run stopped by SIGTERM, its checkpoint saved) ends the job with that status."""
     spec_type = registry.SPECS[smk.rule]
     try:
         spec = spec_fields.build(spec_type, smk)
@@ -51,8 +53,16 @@ def run_rule(smk: Any, stage: Callable[[Any, Any], T]) -> T:
         setup_logging(smk.log[0] if len(smk.log) else None)
         log.exception("rule %s: its %s could not be built", smk.rule, spec_type.__name__)
         raise
-    with job(smk, stage=spec_type.STAGE, run_name=spec.run_name()) as run:
-        return stage(spec, run)
+    stage = registry.stage(smk.rule)
+    try:
+        with job(smk, stage=spec_type.STAGE, run_name=spec.run_name()) as run:
+            return stage(spec, run)
+    except Exception as stop:
+        code = getattr(stop, "exit_code", None)
+        if code is None:
+            raise
+        print(f"{stop}; rerun the workflow to resume", file=sys.stderr)
+        sys.exit(code)
 
 
 @contextlib.contextmanager
