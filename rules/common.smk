@@ -42,11 +42,6 @@ def job_inputs(job):
     return lambda wc: PLAN.inputs(PLAN.at(wc.root), job(wc))
 
 
-def dagger_inputs(rule):
-    """The inputs of DAgger ``rule`` for a job's round (Plan.dagger_inputs)."""
-    return lambda wc: PLAN.dagger_inputs(PLAN.at(wc.root), rule, int(wc.round))
-
-
 def variant_labels(**labels):
     """The labels of a file in Snakemake's report, with the variant whose file it is."""
     return from_variant(lambda v: {"variant": v.name, **labels})

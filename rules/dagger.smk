@@ -8,7 +8,7 @@ DAGGER_DIR = f"{{root}}/{names.DAGGER_DIR}"
 
 rule dagger_shard:
     input:
-        unpack(dagger_inputs("dagger_shard")),
+        unpack(job_inputs(lambda wc: ("dagger_shard", wc.round, wc.shard))),
     output:
         out=f"{{root}}/{names.DAGGER_SHARD}",
     log:
@@ -31,9 +31,9 @@ rule dagger_shard:
 
 rule aggregate_dagger:
     input:
-        unpack(dagger_inputs("aggregate_dagger")),
+        unpack(job_inputs(lambda wc: ("aggregate", wc.round))),
     output:
-        out=f"{DAGGER_DIR}/demos.h5",
+        out=f"{{root}}/{names.DAGGER_AGGREGATE}",
     log:
         "{root}/logs/aggregate_dagger/round-{round}.log",
     benchmark:
@@ -54,7 +54,7 @@ rule aggregate_dagger:
 
 rule train_dagger:
     input:
-        unpack(dagger_inputs("train_dagger")),
+        unpack(job_inputs(lambda wc: ("round", wc.round))),
     output:
         policy=f"{{root}}/{names.ROUND_CLONE}",
         metrics=f"{DAGGER_DIR}/metrics.json",

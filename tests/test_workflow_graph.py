@@ -27,6 +27,15 @@ def test_each_job_reads_the_jobs_the_rules_take_as_inputs():
         assert inputs(("rl", arm, "0")) == {"demos": ("demos",)}
     on = BASE | {"rl": BASE["rl"] | {"rlpd": BASE["rl"]["rlpd"] | {"clone_warmup": True}}}
     assert inputs(("rl", "rlpd", "0"), on) == {"demos": ("demos",), "bc": ("clone",)}
+    dagger = BASE | {"bc": BASE["bc"] | {"dagger": BASE["bc"]["dagger"] | {"n_shards": 2}}}
+    assert inputs(("dagger_shard", "1", "0")) == {"clone": ("clone",), "demos": ("demos",)}
+    assert inputs(("dagger_shard", "3", "1")) == {"clone": ("round", "2"), "demos": ("demos",)}
+    assert inputs(("aggregate", "1"), dagger) == {
+        "data": ("demos",),
+        "shards": [("dagger_shard", "1", "0"), ("dagger_shard", "1", "1")],
+    }
+    assert inputs(("aggregate", "2"), dagger)["data"] == ("aggregate", "1")
+    assert inputs(("round", "2")) == {"data": ("aggregate", "2"), "demos": ("demos",)}
     assert inputs(("evaluation", "expert")) == {}
     assert inputs(("evaluation", "bc")) == {"checkpoint": ("clone",), "demos": ("demos",)}
     assert inputs(("evaluation", "rl-kickstart-seed2")) == {
@@ -41,6 +50,8 @@ def test_each_job_writes_under_its_variants_results():
         ("clone",): "r/bc/policy.pt",
         ("rl", "sac", "1"): "r/rl/sac/seed-1/policy.pt",
         ("evaluation", "rl-sac-seed1"): "r/eval/rl-sac-seed1.json",
+        ("dagger_shard", "2", "1"): "r/bc/dagger/round-2/shard-1.h5",
+        ("aggregate", "2"): "r/bc/dagger/round-2/demos.h5",
         ("round", "2"): "r/bc/dagger/round-2/policy.pt",
     }
     for job, path in outputs.items():
@@ -51,7 +62,8 @@ def test_an_unknown_kind_is_named():
     try:
         graph.kind(("distill",))
     except ValueError as err:
-        assert "unknown job kind 'distill' (known: demos, clone, round, rl, evaluation)" in str(err)
+        known = "demos, clone, dagger_shard, aggregate, round, rl, evaluation"
+        assert f"unknown job kind 'distill' (known: {known})" in str(err)
     else:
         raise AssertionError("no error")
 

@@ -1,6 +1,7 @@
 """The names of a workflow's evaluated policies and RL runs, built and parsed here only, and the
 paths of the files the job graph reads (:data:`DEMOS`, :data:`CLONE`, :data:`ROUND_CLONE`,
-:data:`RL_CHECKPOINT`, :data:`EVALUATION`: each spelled once, for the rules that write them and
+:data:`DAGGER_SHARD`, :data:`DAGGER_AGGREGATE`, :data:`RL_CHECKPOINT`, :data:`EVALUATION`: each
+spelled once, for the rules that write them and
 for :data:`demo2rl.workflow.graph.KINDS`, which hands them to the rules that read them).
 
 An RL run is an arm and a seed (:class:`RLRun`). It has one spelling per use:
@@ -36,6 +37,9 @@ a pattern of the ``round`` wildcard."""
 DAGGER_SHARD = f"{DAGGER_DIR}/shard-{{shard}}.h5"
 """One collection shard of a DAgger round, as a pattern of the ``round`` and ``shard``
 wildcards."""
+DAGGER_AGGREGATE = f"{DAGGER_DIR}/demos.h5"
+"""A DAgger round's aggregate (the last round's, or the dataset, and the round's shards), as a
+pattern of the ``round`` wildcard."""
 DEMOS = "demos/demos.h5"
 """The dataset (merged from the shards, or imported) under a variant's results."""
 CLONE = "bc/policy.pt"

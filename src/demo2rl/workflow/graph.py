@@ -2,14 +2,16 @@
 jobs whose outputs it reads, and where its output lies.
 
 A job is a tuple: ``("demos",)`` (the collection shards and their merge, or the import of a
-dataset), ``("clone",)`` (behaviour cloning), ``("round", r)`` (DAgger round ``r``: its
-relabelling shards, the aggregate and the clone trained on it), ``("rl", arm, seed)`` (one RL
-run) or ``("evaluation", policy)`` (one policy on the held-out episodes). :data:`KINDS`
-says, per kind, which rules compute it (what config they read is the schema's ``x-read-by``),
-which jobs it reads (by the rule's input names) and where its main output goes under a
-variant's results (a path of :mod:`demo2rl.names`, which the rule writes too). The rules' inputs
-and the variants' sharing both derive from it (:class:`demo2rl.workflow.plan.Plan`): a new
-upstream step is one entry here.
+dataset), ``("clone",)`` (behaviour cloning), DAgger round ``r``'s ``("dagger_shard", r, s)``
+(shard ``s`` of its episodes, driven by the last clone and labelled by the expert),
+``("aggregate", r)`` (its labels added to the last round's) and ``("round", r)`` (the clone
+trained on them), ``("rl", arm, seed)`` (one RL run) or ``("evaluation", policy)`` (one policy
+on the held-out episodes). :data:`KINDS` says, per kind, which rules compute it (what config
+they read is the schema's ``x-read-by``), which jobs it reads (by the rule's input names) and
+where its main output goes under a variant's results (a path of :mod:`demo2rl.names`, which the
+rule writes too). Every heavy job of these kinds takes its inputs from here, and the variants'
+sharing follows the same entries (:class:`demo2rl.workflow.plan.Plan`): a new upstream step is
+one entry here.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from demo2rl import arms, names
 
 Job = tuple[str, ...]
 """A job: its kind, then its arguments (``("rl", "bc", "0")``)."""
+Reads = dict[str, Job | list[Job]]
+"""The jobs a job reads, by the rule's input name: one job, or a list (a round's shards)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,7 +44,7 @@ class JobKind:
 
     name: str
     rules: tuple[str, ...]
-    inputs: Callable[[Mapping[str, Any], tuple[str, ...]], dict[str, Job]]
+    inputs: Callable[[Mapping[str, Any], tuple[str, ...]], Reads]
     wildcards: tuple[str, ...]
     output: str
 
@@ -60,21 +64,38 @@ def final_clone(config: Mapping[str, Any]) -> Job:
     return ("round", str(rounds)) if rounds else ("clone",)
 
 
-def _rl_inputs(config: Mapping[str, Any], args: tuple[str, ...]) -> dict[str, Job]:
+def _rl_inputs(config: Mapping[str, Any], args: tuple[str, ...]) -> Reads:
     """Every arm reads the dataset (its normalisation statistics); an arm that uses the clone
     (:meth:`demo2rl.arms.Arm.uses_clone`) reads it too: :func:`final_clone`."""
     arm = args[0]
-    inputs: dict[str, Job] = {"demos": ("demos",)}
+    inputs: Reads = {"demos": ("demos",)}
     if arms.get(arm).uses_clone(config["rl"]):
         inputs["bc"] = final_clone(config)
     return inputs
 
 
-def _round_inputs(config: Mapping[str, Any], args: tuple[str, ...]) -> dict[str, Job]:
-    """A DAgger round reads the last round's clone (round 1: the plain clone), which drives, and
-    the dataset, whose episodes its own continue."""
-    r = int(args[0])
-    return {"previous": ("clone",) if r == 1 else ("round", str(r - 1)), "demos": ("demos",)}
+def _previous_clone(r: int) -> Job:
+    """The clone that drives DAgger round ``r``: the last round's (round 1: the plain clone)."""
+    return ("clone",) if r == 1 else ("round", str(r - 1))
+
+
+def _shard_inputs(config: Mapping[str, Any], args: tuple[str, ...]) -> Reads:
+    """A DAgger shard is driven by the last clone, and its episodes continue the dataset's."""
+    return {"clone": _previous_clone(int(args[0])), "demos": ("demos",)}
+
+
+def _aggregate_inputs(config: Mapping[str, Any], args: tuple[str, ...]) -> Reads:
+    """A round's aggregate extends the last round's (round 1: the dataset) by its shards."""
+    r, n = int(args[0]), config["bc"]["dagger"]["n_shards"]
+    return {
+        "data": ("demos",) if r == 1 else ("aggregate", str(r - 1)),
+        "shards": [("dagger_shard", str(r), str(s)) for s in range(n)],
+    }
+
+
+def _round_inputs(config: Mapping[str, Any], args: tuple[str, ...]) -> Reads:
+    """A round's clone trains on its aggregate, with the dataset's normalisation."""
+    return {"data": ("aggregate", args[0]), "demos": ("demos",)}
 
 
 def producer(policy: str) -> Job | None:
@@ -88,18 +109,18 @@ def producer(policy: str) -> Job | None:
     return ("clone",) if policy == names.BC else None
 
 
-def _evaluation_inputs(config: Mapping[str, Any], args: tuple[str, ...]) -> dict[str, Job]:
+def _evaluation_inputs(config: Mapping[str, Any], args: tuple[str, ...]) -> Reads:
     """A learned policy's checkpoint, and the dataset it must record as its own."""
     made_by = producer(args[0])
     return {} if made_by is None else {"checkpoint": made_by, "demos": ("demos",)}
 
 
-def _nothing(config: Mapping[str, Any], args: tuple[str, ...]) -> dict[str, Job]:
+def _nothing(config: Mapping[str, Any], args: tuple[str, ...]) -> Reads:
     """Collection reads no job (its demonstrations come from the expert or a file)."""
     return {}
 
 
-def _the_dataset(config: Mapping[str, Any], args: tuple[str, ...]) -> dict[str, Job]:
+def _the_dataset(config: Mapping[str, Any], args: tuple[str, ...]) -> Reads:
     """Behaviour cloning reads the dataset."""
     return {"demos": ("demos",)}
 
@@ -116,12 +137,20 @@ KINDS: dict[str, JobKind] = {
         ),
         JobKind("clone", ("train_bc",), _the_dataset, wildcards=(), output=names.CLONE),
         JobKind(
-            "round",
-            rules=("dagger_shard", "aggregate_dagger", "train_dagger"),
-            inputs=_round_inputs,
-            wildcards=("round",),
-            output=names.ROUND_CLONE,
+            "dagger_shard",
+            ("dagger_shard",),
+            _shard_inputs,
+            ("round", "shard"),
+            names.DAGGER_SHARD,
         ),
+        JobKind(
+            "aggregate",
+            ("aggregate_dagger",),
+            _aggregate_inputs,
+            ("round",),
+            names.DAGGER_AGGREGATE,
+        ),
+        JobKind("round", ("train_dagger",), _round_inputs, ("round",), names.ROUND_CLONE),
         JobKind("rl", ("train_rl",), _rl_inputs, ("arm", "seed"), names.RL_CHECKPOINT),
         JobKind("evaluation", ("evaluate",), _evaluation_inputs, ("policy",), names.EVALUATION),
     )

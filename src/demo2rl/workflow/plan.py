@@ -234,10 +234,17 @@ class Plan:
         """The main output of ``variant``'s job ``job``, where its owner writes it."""
         return graph.kind(job).output_of(self.owner_root(variant, job), job[1:])
 
-    def inputs(self, variant: Variant, job: graph.Job) -> dict[str, str]:
+    def inputs(self, variant: Variant, job: graph.Job) -> dict[str, str | list[str]]:
         """The outputs ``variant``'s job ``job`` reads, by the rule's input name."""
         needed = graph.kind(job).inputs(variant.config, job[1:])
-        return {name: self.output(variant, upstream) for name, upstream in needed.items()}
+        return {
+            name: (
+                [self.output(variant, j) for j in upstream]
+                if isinstance(upstream, list)
+                else self.output(variant, upstream)
+            )
+            for name, upstream in needed.items()
+        }
 
     def run_dir(self, variant: Variant, run: names.RLRun) -> str:
         """The directory of ``variant``'s RL run ``run``, where its owner writes it."""
@@ -251,28 +258,6 @@ class Plan:
     def dagger_dir(self, variant: Variant, round: int) -> str:
         """The directory of ``variant``'s DAgger round ``round``, where its owner writes it."""
         return self.output(variant, ("round", str(round))).rpartition("/")[0]
-
-    def dagger_inputs(self, variant: Variant, rule: str, round: int) -> dict[str, Any]:
-        """What a job of DAgger ``rule`` of ``variant``'s round ``round`` reads: the last
-        round's clone (round 1: the plain clone), which drives; the dataset, whose episode
-        count the round's episodes continue from; the data the round's aggregate extends (the
-        dataset, or the last round's aggregate) and the round's shards; the aggregate its clone
-        trains on."""
-        reads = self.inputs(variant, ("round", str(round)))  # the last clone, the dataset
-        demos, here = reads["demos"], self.dagger_dir(variant, round)
-        if rule == "dagger_shard":
-            return {"clone": reads["previous"], "demos": demos}
-        if rule == "aggregate_dagger":
-            data = demos if round == 1 else f"{self.dagger_dir(variant, round - 1)}/demos.h5"
-            root = self.owner_root(variant, ("round", str(round)))
-            shards = [
-                f"{root}/{names.DAGGER_SHARD.format(round=round, shard=i)}"
-                for i in range(variant.dagger.n_shards)
-            ]
-            return {"data": data, "shards": shards}
-        if rule == "train_dagger":
-            return {"data": f"{here}/demos.h5", "demos": demos}
-        raise ValueError(f"no DAgger rule {rule!r}")
 
     def summary_inputs(self, variant: Variant) -> dict[str, list[str]]:
         """What ``variant``'s summary reads: every policy's evaluation, each RL run's learning

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import hashlib
 import itertools
 import json
 import math
@@ -269,6 +270,7 @@ class Sharing:
         self.configs = dict(configs)
         self._readers = readers(leaves)
         self._owners: dict[tuple[str, ...], str] = {}
+        self._identities: dict[tuple[str, ...], str] = {}
 
     @functools.cache  # noqa: B019  (one Sharing per workflow: it lives as long as the cache)
     def reads(self, rule: str, **wildcards: str) -> list[str]:
@@ -292,18 +294,26 @@ class Sharing:
             values[key] = node
         return json.dumps(values, sort_keys=True)
 
-    def _identity(self, variant: str, job: graph.Job) -> tuple[str, ...]:
-        kind, args = graph.kind(job), job[1:]
-        upstream = kind.inputs(self.configs[variant], args).values()
-        wildcards = kind.wildcards_of(args)
-        return (
-            *(part for needed in upstream for part in self._identity(variant, needed)),
-            *(self._values(variant, rule, **wildcards) for rule in kind.rules),
-        )
+    def _identity(self, variant: str, job: graph.Job) -> str:
+        """A digest of what ``variant``'s ``job`` reads: the identities of the jobs it reads, and
+        its rules' config values (a digest, so that a DAgger round's, which reads every shard
+        of every round before it, stays one string)."""
+        if (variant, *job) not in self._identities:
+            kind, args = graph.kind(job), job[1:]
+            reads = kind.inputs(self.configs[variant], args).values()
+            upstream = [j for r in reads for j in (r if isinstance(r, list) else [r])]
+            wildcards = kind.wildcards_of(args)
+            parts = [
+                *(self._identity(variant, needed) for needed in upstream),
+                *(self._values(variant, rule, **wildcards) for rule in kind.rules),
+            ]
+            digest = hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+            self._identities[(variant, *job)] = digest
+        return self._identities[(variant, *job)]
 
     def owner(self, variant: str, *job: str) -> str:
         """The variant whose job ``job`` of ``variant`` is: ``("demos",)``, ``("clone",)``,
-        ``("rl", arm, seed)`` or ``("evaluation", policy)`` (:mod:`demo2rl.workflow.graph`)."""
+        ``("rl", arm, seed)``, ... (:mod:`demo2rl.workflow.graph`)."""
         if (variant, *job) not in self._owners:
             identity = self._identity(variant, job)
             self._owners[(variant, *job)] = next(
