@@ -316,6 +316,13 @@ def test_a_killed_off_policy_run_resumes_bit_for_bit(
     assert set(rates.values()) == {0.0}, rates
     assert resumed.model.replay_buffer.pos == whole.model.replay_buffer.pos
     assert same_rows(resumed.evaluations, whole.evaluations)
+    # what compiling cost each process is in its progress rows (the resumed one compiled anew)
+    compiling = rl.progress_table(state_dir).get("time/compile_cpu_s")
+    if KILLED[arm]["sac"]["compile"] and stopped_at > learning_starts:
+        assert compiling is not None and (compiling.dropna() > 0).all()
+        assert compiling.dropna().iloc[-1] == resumed.model.compile_cpu_s
+    elif not KILLED[arm]["sac"]["compile"]:
+        assert compiling is None or compiling.isna().all()
 
 
 def test_a_sac_checkpoint_acts_like_the_trained_policy(demos_and_clone, tmp_path):  # noqa: F811

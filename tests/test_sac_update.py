@@ -340,3 +340,23 @@ def test_cnn_policy_trains() -> None:
     assert model._n_updates > 0
     after = model.critic.features_extractor.parameters()
     assert any(not th.equal(a, p) for a, p in zip(before, after, strict=True))
+
+
+def test_a_compiled_update_records_what_compiling_its_graphs_cost() -> None:
+    """The CPU seconds of a process's first call of each graph (with the actor's update and,
+    with policy_delay 2, without), where a compiled step compiles: the summary's "of it
+    compiling"; an eager step records none, and a new step (a new policy) is timed again."""
+    eager = make(FastSAC)
+    train(eager, 3)
+    assert eager.compile_cpu_s is None
+    compiled = make(FastSAC, compile_update=True, policy_delay=2)
+    compiled.compile_backend = "aot_eager"
+    train(compiled, 1)
+    one_graph = compiled.compile_cpu_s
+    assert one_graph is not None and one_graph > 0
+    train(compiled, 3)  # the second graph at the first call without the actor's update
+    two_graphs = compiled.compile_cpu_s
+    assert two_graphs is not None and two_graphs > one_graph
+    train(compiled, 4)  # nothing compiles any more: nothing more is counted
+    assert compiled.compile_cpu_s == two_graphs
+    assert "compile_cpu_s" in compiled._excluded_save_params()  # a resumed process times its own

@@ -295,6 +295,7 @@ def test_arm_costs_steps_to_scratch_final_speedup_and_budgets():
         cpu_seconds={"rl_rlpd": 850.0},
         expert_level=90.0,
         cpu_runs=cost_cpu_runs(),
+        compile_seconds={"rl_rlpd": 31.0},
     )
     assert out["scratch_final_return"] == 75
     arms = out["arms"]
@@ -306,6 +307,7 @@ def test_arm_costs_steps_to_scratch_final_speedup_and_budgets():
         "steps_to_expert": 1000,
         "wall_seconds": 900.0,
         "cpu_seconds": 850.0,
+        "compile_seconds": 31.0,
         # at step 500 its runs had used 200 and 300 CPU s; scratch PPO's at its step 2000, 20
         # and 24: 250 s against 22 s, 11.4 times scratch PPO's compute to the same return
         "cpu_to_scratch_final": 250.0,
@@ -314,6 +316,7 @@ def test_arm_costs_steps_to_scratch_final_speedup_and_budgets():
         "cpu_to_expert_vs_scratch": None,
     }
     assert arms["rl_scratch"]["cpu_to_scratch_final"] == 22.0
+    assert arms["rl_scratch"]["compile_seconds"] is None  # PPO compiles nothing
     assert arms["rl_scratch"]["cpu_vs_scratch"] == 1.0
     # no runs with CPU seconds: no CPU figures, though the steps are known
     assert arms["rl_bc"]["steps_to_expert"] == 3000 and arms["rl_bc"]["cpu_to_expert"] is None
@@ -360,6 +363,7 @@ def test_markdown_groups_the_comparisons_by_arm_and_tabulates_budgets_and_costs(
         budgets={arm: arms_lib.get(arm).budget(RL_CFG) for arm in ("scratch", "bc", "rlpd", "sac")},
         wall_seconds={"rl_bc": 410.0, "rl_scratch": 400.0, "rl_rlpd": 1234.0, "rl_sac": 1100.0},
         cpu_seconds={"rl_bc": 380.0, "rl_scratch": 390.0, "rl_rlpd": 1200.0},
+        compile_seconds={"rl_rlpd": 31.0},
         expert_level=90.0,
         cpu_runs=cost_cpu_runs(),
     )
@@ -401,25 +405,25 @@ def test_markdown_groups_the_comparisons_by_arm_and_tabulates_budgets_and_costs(
         "| x sooner than scratch PPO | env steps to the expert's return "
         "| CPU s to scratch PPO's final return (75.0) (x scratch PPO's) "
         "| CPU s to the expert's return (x scratch PPO's) "
-        "| wall time per run (s) | CPU time per run (s) |"
+        "| wall time per run (s) | CPU time per run (s) | of it compiling (s) |"
     ) in lines
     assert (
         "| SAC on demos + replay | 100,000 | 500 | 4.0x | 1,000 | 250 (11.36x) | 500 | 1,234 "
-        "| 1,200 |"
+        "| 1,200 | 31 |"
     ) in lines
     assert (
         "| SAC from scratch | 100,000 | not reached | n/a | not reached | not reached "
-        "| not reached | 1,100 | n/a |"
+        "| not reached | 1,100 | n/a | n/a |"
     ) in lines
     assert (
         "| RL from scratch | 300,000 | 2,000 | 1.0x | not reached | 22 (1.00x) | not reached "
-        "| 400 | 390 |"
+        "| 400 | 390 | n/a |"
     ) in lines
     # there at the start; reached later, but its runs recorded no CPU seconds: unknown, not "not
     # reached"
     assert (
         "| RL warm-started from BC | 300,000 | 0 | at the start | 3,000 | at the start | n/a | 410 "
-        "| 380 |"
+        "| 380 | n/a |"
     ) in lines
 
 

@@ -80,8 +80,12 @@ at every resume."""
 CPU = "time/cpu_s"
 """The trainer's progress column of the training's CPU seconds since the run or its resume began
 (its process's and its subproc vec env's workers', evaluations during training included:
-:func:`demo2rl.rl.trainer.training_cpu_seconds`): it restarts at a resume as :data:`ELAPSED`
+:func:`demo2rl.rl.progress.training_cpu_seconds`): it restarts at a resume as :data:`ELAPSED`
 does."""
+COMPILE = "time/compile_cpu_s"
+"""The trainer's progress column of the CPU seconds an off-policy run's process spent compiling
+its update (:attr:`demo2rl.rl.sac.FastSAC.compile_cpu_s`, part of :data:`CPU`); it restarts at a
+resume, whose process compiles again."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -332,6 +336,7 @@ def arm_costs(
     cpu_seconds: Mapping[str, float],
     expert_level: float | None,
     cpu_runs: Mapping[str, RunSeconds] | None = None,
+    compile_seconds: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """Per RL arm what its budget buys: what ``summary.json`` holds as ``arms`` and
     ``scratch_final_return``.
@@ -340,12 +345,15 @@ def arm_costs(
     maps an arm's name to its env steps per run (:meth:`demo2rl.arms.Arm.budget`);
     ``wall_seconds`` and ``cpu_seconds`` map a group to its runs' mean training seconds
     (:func:`mean_seconds`); ``expert_level`` is the expert's return on the curves' tracks;
-    ``cpu_runs`` maps a group to its runs' CPU seconds at their evaluation steps. Scratch PPO's
+    ``cpu_runs`` maps a group to its runs' CPU seconds at their evaluation steps;
+    ``compile_seconds`` a group to its runs' mean CPU seconds of compiling (part of their CPU
+    seconds; off-policy arms with a compiled update only). Scratch PPO's
     final return is its mean curve's value at its last step (None without scratch PPO).
 
     Returns ``{"scratch_final_return": float | None, "arms": {group: {budget,
     steps_to_scratch_final, speedup_vs_scratch, steps_to_expert, wall_seconds, cpu_seconds,
-    cpu_to_scratch_final, cpu_to_expert, cpu_vs_scratch, cpu_to_expert_vs_scratch}}}``: the CPU
+    compile_seconds, cpu_to_scratch_final, cpu_to_expert, cpu_vs_scratch,
+    cpu_to_expert_vs_scratch}}}``: the CPU
     seconds to each return (:func:`seconds_to_reach`) and their ratio to scratch PPO's own
     (below 1: the arm is there in less compute). A missing figure is None; ``*_to_*`` are None
     where the curve never gets there.
@@ -376,6 +384,7 @@ def arm_costs(
             else steps_to_reach(bands[g], expert_level),
             "wall_seconds": wall_seconds.get(g),
             "cpu_seconds": cpu_seconds.get(g),
+            "compile_seconds": (compile_seconds or {}).get(g),
             "cpu_to_scratch_final": to_final,
             "cpu_to_expert": to_expert,
             "cpu_vs_scratch": ratio(to_final, reference["final"]),
@@ -615,7 +624,7 @@ def _arm_cost_lines(summary: Mapping[str, Any]) -> list[str]:
     head = ["RL arm", "env steps per run", f"env steps to {reach}", "x sooner than scratch PPO"]
     head += ["env steps to the expert's return", f"CPU s to {reach} (x scratch PPO's)"]
     head += ["CPU s to the expert's return (x scratch PPO's)"]
-    head += ["wall time per run (s)", "CPU time per run (s)"]
+    head += ["wall time per run (s)", "CPU time per run (s)", "of it compiling (s)"]
     lines = [
         "",
         "Budget and cost per RL arm:",
@@ -631,6 +640,7 @@ def _arm_cost_lines(summary: Mapping[str, Any]) -> list[str]:
         cells += [_cpu_to(a, "scratch_final", "cpu_vs_scratch", final is not None)]
         cells += [_cpu_to(a, "expert", "cpu_to_expert_vs_scratch", "steps_to_expert" in summary)]
         cells += [_seconds(a["wall_seconds"]), _seconds(a["cpu_seconds"])]
+        cells += [_seconds(a.get("compile_seconds"))]
         lines.append("| " + " | ".join(cells) + " |")
     lines += [
         "",
@@ -646,7 +656,9 @@ def _arm_cost_lines(summary: Mapping[str, Any]) -> list[str]:
         "run's training seconds in its SB3 progress table (the segments of a resumed run added "
         "up; work a kill lost after the last checkpoint not counted), including the evaluations "
         "during training; CPU time is the training process's and its subproc vec env's "
-        "workers'.",
+        "workers'. Of it compiling: what a run's process spent compiling the SAC update (the "
+        "first job on a machine compiles it from scratch; later ones find torch's cache on disk "
+        "and take a few seconds).",
     ]
     return lines
 

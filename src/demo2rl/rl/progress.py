@@ -3,6 +3,7 @@ one sink (MLflow), and the tables of a run's progress and held-out evaluations."
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import psutil
 from stable_baselines3.common.logger import KVWriter
 
 log = logging.getLogger(__package__)  # "demo2rl.rl", as in every job log before the split
@@ -87,3 +89,18 @@ def evaluations_table(evaluations: list[dict[str, float]]) -> pd.DataFrame:
 
 def _in_column_order(table: pd.DataFrame, first: str) -> pd.DataFrame:
     return table[[first, *sorted(c for c in table.columns if c != first)]]
+
+
+def training_cpu_seconds() -> float:
+    """CPU seconds (user and system) of this process and of its child processes, live (a subproc
+    VecEnv's workers, which step the envs for it) or ended: what a run costs the machine, the
+    compute axis of the summary. (It scans the process table: read it per progress row, not per
+    env step.)"""
+    me = psutil.Process()
+    times = me.cpu_times()
+    total = times.user + times.system + times.children_user + times.children_system
+    for child in me.children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            child_times = child.cpu_times()
+            total += child_times.user + child_times.system
+    return total

@@ -22,6 +22,7 @@ discounts included). Speed: ``benchmarks/offpolicy.py``.
 
 from __future__ import annotations
 
+import logging
 import math
 import types
 import warnings
@@ -37,6 +38,9 @@ from torch import nn
 from torch.func import functional_call, grad_and_value
 
 from demo2rl.learning.sac_policy import EnsembleCritic, FastSACCnnPolicy, FastSACPolicy
+from demo2rl.rl.progress import training_cpu_seconds
+
+log = logging.getLogger(__package__)
 
 SQUASH_EPSILON = 1e-6
 """SB3's ``SquashedDiagGaussianDistribution`` epsilon in log(1 - tanh(u)^2 + epsilon)."""
@@ -465,9 +469,14 @@ class FastSAC(SAC):
         if self.batch_norm_stats:
             raise NotImplementedError("FastSAC does not implement batch normalisation")
         self._step: tuple[FastSACPolicy, bool, SACStep, Callable[..., th.Tensor]] | None = None
+        self.compile_cpu_s: float | None = None
+        """CPU seconds this process spent compiling the step (its first call per graph, the
+        step with the actor's update and, with ``policy_delay`` > 1, the one without: this
+        process's and its compiler's): None before, or never compiled."""
+        self._timed_calls = 0
 
     def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "_step"]
+        return [*super()._excluded_save_params(), "_step", "compile_cpu_s", "_timed_calls"]
 
     def step_function(self) -> tuple[SACStep, Callable[..., th.Tensor]]:
         """The policy's :class:`SACStep` and what runs it (compiled if ``compile_update``),
@@ -481,6 +490,7 @@ class FastSAC(SAC):
                 run = th.compile(
                     _own_code(step), fullgraph=True, dynamic=False, backend=self.compile_backend
                 )
+                self._timed_calls = 0  # a new graph: its first calls compile it
             self._step = (self.policy, self.compile_update, step, run)
         return self._step[2], self._step[3]
 
@@ -549,6 +559,9 @@ class FastSAC(SAC):
                 ent_coef,
                 update_actor,
             )
+            # a graph compiles at its first call: the first policy_delay calls, one per graph
+            timed = compiled and self._timed_calls < self.policy_delay
+            before = training_cpu_seconds() if timed else 0.0
             try:
                 logged.append(run(*args))
             except COMPILE_ERRORS as err:  # compiled at its first call: a compiler that fails
@@ -557,6 +570,17 @@ class FastSAC(SAC):
                 run, compiled = self._eager_after(err), False
                 states, lrs = None, None
                 logged.append(run(*args))  # the same batch and draws, eagerly
+            if timed:
+                self._timed_calls += 1
+                spent = training_cpu_seconds() - before
+                self.compile_cpu_s = (self.compile_cpu_s or 0.0) + spent
+                if self._timed_calls == self.policy_delay or not compiled:
+                    self._timed_calls = self.policy_delay
+                    log.info(
+                        "compiled the SAC update in %.1f CPU s (torch's cache on disk makes a "
+                        "later process's compile on this machine a few seconds)",
+                        self.compile_cpu_s,
+                    )
         self._n_updates += gradient_steps
 
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")

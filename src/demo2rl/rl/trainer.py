@@ -10,7 +10,6 @@ and checkpoint at the same steps.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import signal
@@ -21,7 +20,6 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-import psutil
 import torch
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import CSVOutputFormat, KVWriter, Logger
@@ -34,7 +32,7 @@ from demo2rl.demos import dataset
 from demo2rl.learning import acting, checkpoints, evaluation, policy
 from demo2rl.observations import ObservationKind
 from demo2rl.rl import recipe, resume_point, state
-from demo2rl.rl.progress import LogLines, MetricsSink
+from demo2rl.rl.progress import LogLines, MetricsSink, training_cpu_seconds
 from demo2rl.specs.train_rl import RLJob
 
 log = logging.getLogger(__package__)  # "demo2rl.rl", as in every job log before the split
@@ -383,21 +381,6 @@ def check_update(model: recipe.GuidedPPO | recipe.DemoSAC) -> None:
         )
 
 
-def training_cpu_seconds() -> float:
-    """CPU seconds (user and system) of this process and of its child processes, live (a subproc
-    VecEnv's workers, which step the envs for it) or ended: what a run costs the machine, the
-    compute axis of the summary. (It scans the process table: read it per progress row, not per
-    env step.)"""
-    me = psutil.Process()
-    times = me.cpu_times()
-    total = times.user + times.system + times.children_user + times.children_system
-    for child in me.children(recursive=True):
-        with contextlib.suppress(psutil.Error):
-            child_times = child.cpu_times()
-            total += child_times.user + child_times.system
-    return total
-
-
 LOG_EVERY = 2000
 """Env steps between an off-policy run's progress rows (PPO's: one per rollout)."""
 
@@ -440,6 +423,9 @@ class Schedule:
 
     def dump(self, step: int) -> None:
         self.model.logger.record("time/cpu_s", self.cpu_seconds())
+        compiling = getattr(self.model, "compile_cpu_s", None)
+        if compiling is not None:  # (of those, the SAC update's compile: FastSAC.compile_cpu_s)
+            self.model.logger.record("time/compile_cpu_s", compiling)
         self.model.dump_logs()
         self.last_dump = step
 

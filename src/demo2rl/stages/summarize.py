@@ -89,6 +89,7 @@ def summarize(job: SummarizeJob, run: Run) -> dict[str, Any]:
         budgets=budgets or {},
         wall_seconds=summary.mean_seconds(progress_tables, summary.ELAPSED),
         cpu_seconds=summary.mean_seconds(progress_tables, summary.CPU),
+        compile_seconds=summary.mean_seconds(progress_tables, summary.COMPILE),
         expert_level=levels.get(names.EXPERT),
         cpu_runs={
             g: [(steps, seconds) for steps, seconds, _ in runs] for g, runs in cpu_runs.items()
