@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import pkgutil
+import re
 import socket
 import subprocess
 import sys
@@ -440,3 +441,25 @@ def test_experiment_deleted_while_jobs_run_is_restored_and_nothing_is_lost(
     assert f"MLflow run {running.run_id} (running) was deleted while its job ran" in caplog.text
     tracking.end_workflow(True, LENIENT)
     assert client().get_run(os.environ[tracking.PARENT_ENV]).info.status == "FINISHED"
+
+
+def test_an_untracked_run_takes_every_call_a_stage_makes_of_a_run_and_does_nothing():
+    """Its calls are declared once, with their signatures, on Run: the untracked run takes the
+    ones the stages and the runner around them make (their source, read here) and no other."""
+    from demo2rl.tracking.run import Run
+    from demo2rl.tracking.untracked import STAGE_CALLS, Untracked
+    from demo2rl.workflow import runner
+
+    made = set()
+    for path in [*Path(stages.__file__).parent.glob("*.py"), Path(runner.__file__)]:
+        made |= set(re.findall(r"\brun\.(\w+)\(", path.read_text()))
+    assert made - {"parent"} == STAGE_CALLS
+    assert all(callable(getattr(Run, name, None)) for name in STAGE_CALLS)
+    run = tracking.Untracked()
+    assert isinstance(run, Untracked) and run.run_id is None
+    for name in STAGE_CALLS:
+        assert getattr(run, name)("anything", key=1) is None
+    with run.parent() as parent:
+        assert parent is None
+    with pytest.raises(AttributeError, match="an untracked run has no 'terminate'"):
+        run.terminate("FINISHED")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from demo2rl.tracking.lineage import forget_producer
@@ -13,44 +13,35 @@ from demo2rl.tracking.lineage import forget_producer
 RESULT_NEUTRAL = True
 """Tracking cannot change a result: no code fingerprint covers this module."""
 
+STAGE_CALLS = frozenset(
+    {"log_metrics", "set_tags", "log_artifact", "log_figures", "log_arm", "log_dataset"}
+)
+"""The calls of :class:`~demo2rl.tracking.run.Run` that a job's stage and the runner around it
+make, with Run's signatures (declared there, once): an untracked run takes each and does
+nothing. (tests/test_tracking.py holds this set to Run's methods and to the calls made.)"""
+
 
 class Untracked:
-    """Stands in for :class:`~demo2rl.tracking.run.Run`, with the methods the stages call."""
+    """Stands in for :class:`~demo2rl.tracking.run.Run`: each of :data:`STAGE_CALLS` does
+    nothing, and :meth:`parent` has no parent run."""
 
     run_id = None
 
-    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
-        pass
-
-    def log_params(self, params: Mapping[str, Any]) -> None:
-        pass
-
-    def set_tags(self, tags: Mapping[str, Any]) -> None:
-        pass
-
-    def log_artifact(self, path: str | os.PathLike[str], artifact_path: str | None = None) -> None:
-        pass
-
-    def log_figures(self, paths: Sequence[str | os.PathLike[str]]) -> None:
-        pass
-
-    def log_arm(
-        self,
-        arm: str,
-        *,
-        variant: str,
-        metrics: Mapping[str, float],
-        curve: Mapping[str, Sequence[float]],
-        inputs: Mapping[str, Sequence[str | os.PathLike[str]]],
-    ) -> None:
-        pass
-
-    def log_dataset(self, path: str | os.PathLike[str], digest: str, context: str) -> None:
-        pass
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        if name in STAGE_CALLS:
+            return _nothing
+        raise AttributeError(
+            f"an untracked run has no {name!r}: it takes {', '.join(sorted(STAGE_CALLS))} and "
+            "parent() (demo2rl.tracking.untracked.STAGE_CALLS)"
+        )
 
     @contextlib.contextmanager
     def parent(self) -> Iterator[None]:
         yield None
+
+
+def _nothing(*args: Any, **kwargs: Any) -> None:
+    """A tracked call, untracked."""
 
 
 @contextlib.contextmanager
