@@ -349,6 +349,24 @@ def tracking_store(workdir: Path) -> Path:
     return Path(tracking_uri(workdir).removeprefix("sqlite:///"))
 
 
+def wait_stopped(pids: list[int]) -> None:
+    """Until each of ``pids`` has stopped (state T in /proc/<pid>/stat) or is gone: SIGSTOP is
+    delivered asynchronously, and a process still running may yet take a lock."""
+    deadline = time.monotonic() + 60  # a bound on a hang, not a speed
+    while time.monotonic() < deadline:
+        states = []
+        for pid in pids:
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            states.append(stat.rpartition(")")[2].split()[0])  # after "(comm)": the state
+        if all(state in ("T", "t", "Z", "X") for state in states):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"processes {pids} did not stop within 60 s of SIGSTOP")
+
+
 def holds_lock_on(pids: list[int], path: Path) -> bool:
     """Whether one of ``pids`` holds a lock (SQLite's fcntl locks) on the file ``path``."""
     try:
@@ -390,6 +408,7 @@ class PastTimeLimit:
             if not pids:
                 return None
             self.signal(pids, signal.SIGSTOP)
+            wait_stopped(pids)  # (a lock taken between the signal and the stop counts too)
             if holds_lock_on(pids, tracking_store(self.workdir)):
                 # stopped inside a tracking call: every other job's tracking would wait for it
                 self.signal(pids, signal.SIGCONT)
