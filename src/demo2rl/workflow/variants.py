@@ -270,7 +270,6 @@ class Sharing:
         self.configs = dict(configs)
         self._readers = readers(leaves)
         self._owners: dict[tuple[str, ...], str] = {}
-        self._identities: dict[tuple[str, ...], str] = {}
 
     @functools.cache  # noqa: B019  (one Sharing per workflow: it lives as long as the cache)
     def reads(self, rule: str, **wildcards: str) -> list[str]:
@@ -294,22 +293,20 @@ class Sharing:
             values[key] = node
         return json.dumps(values, sort_keys=True)
 
+    @functools.cache  # noqa: B019  (as reads: one Sharing per workflow)
     def _identity(self, variant: str, job: graph.Job) -> str:
         """A digest of what ``variant``'s ``job`` reads: the identities of the jobs it reads, and
         its rules' config values (a digest, so that a DAgger round's, which reads every shard
-        of every round before it, stays one string)."""
-        if (variant, *job) not in self._identities:
-            kind, args = graph.kind(job), job[1:]
-            reads = kind.inputs(self.configs[variant], args).values()
-            upstream = [j for r in reads for j in (r if isinstance(r, list) else [r])]
-            wildcards = kind.wildcards_of(args)
-            parts = [
-                *(self._identity(variant, needed) for needed in upstream),
-                *(self._values(variant, rule, **wildcards) for rule in kind.rules),
-            ]
-            digest = hashlib.sha256(json.dumps(parts).encode()).hexdigest()
-            self._identities[(variant, *job)] = digest
-        return self._identities[(variant, *job)]
+        of every round before it, stays one string; cached, so that each is computed once)."""
+        kind, args = graph.kind(job), job[1:]
+        reads = kind.inputs(self.configs[variant], args).values()
+        upstream = [j for r in reads for j in (r if isinstance(r, list) else [r])]
+        wildcards = kind.wildcards_of(args)
+        parts = [
+            *(self._identity(variant, needed) for needed in upstream),
+            *(self._values(variant, rule, **wildcards) for rule in kind.rules),
+        ]
+        return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
     def owner(self, variant: str, *job: str) -> str:
         """The variant whose job ``job`` of ``variant`` is: ``("demos",)``, ``("clone",)``,
