@@ -574,8 +574,7 @@ class FastSAC(SAC):
                 self._timed_calls += 1
                 spent = training_cpu_seconds() - before
                 self.compile_cpu_s = (self.compile_cpu_s or 0.0) + spent
-                if self._timed_calls == self.policy_delay or not compiled:
-                    self._timed_calls = self.policy_delay
+                if self._timed_calls == self.policy_delay or not compiled:  # (eager: no more)
                     log.info(
                         "compiled the SAC update in %.1f CPU s (torch's cache on disk makes a "
                         "later process's compile on this machine a few seconds)",
