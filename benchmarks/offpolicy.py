@@ -100,7 +100,7 @@ def timed(step: Callable[[], None], seconds: float) -> float:
 def limit_step(model: FastSAC, batch_size: int, n_batches: int = 64) -> Callable[[], None]:
     """(c): ``model``'s gradient step (compiled as FastSAC compiles it) on batches sampled and
     preprocessed beforehand, with their Gaussian noises, cycled."""
-    step, run = model.step_function()
+    step, runs = model.step_function()
     tensors, states, lrs = step.tensors(), step.states(), step.learning_rates()
     tau = step.scalar(model.tau)
     ent_coef = model.ent_coef_tensor if model.log_ent_coef is None else None
@@ -114,7 +114,8 @@ def limit_step(model: FastSAC, batch_size: int, n_batches: int = 64) -> Callable
 
     def call() -> None:
         data, noise, next_noise = next(cycle)
-        run(tensors, states, lrs, data, noise, next_noise, tau, ent_coef)
+        runs["update_critics"](tensors, states, lrs, data, next_noise, tau, ent_coef)
+        runs["update_actor"](tensors, states, lrs, data[0], noise, ent_coef)
 
     return call
 

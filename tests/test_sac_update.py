@@ -343,18 +343,21 @@ def test_cnn_policy_trains() -> None:
 
 
 def test_a_compiled_update_records_what_compiling_its_graphs_cost() -> None:
-    """The CPU seconds of a process's first call of each graph (with the actor's update and,
-    with policy_delay 2, without), where a compiled step compiles: the summary's "of it
-    compiling"; an eager step records none, and a new step (a new policy) is timed again."""
+    """The CPU seconds of a process's first call of each graph (the critics' update, the
+    actor's), where a compiled step compiles: the summary's "of it compiling"; an eager step
+    records none. A run resumed at a delayed step compiles the critics' graph first, the
+    actor's at the next step, and nothing more is counted after both."""
     eager = make(FastSAC)
     train(eager, 3)
     assert eager.compile_cpu_s is None
     compiled = make(FastSAC, compile_update=True, policy_delay=2)
     compiled.compile_backend = "aot_eager"
+    compiled._n_updates = 1  # (resumed after an odd number of steps: the actor waits one)
     train(compiled, 1)
     one_graph = compiled.compile_cpu_s
     assert one_graph is not None and one_graph > 0
-    train(compiled, 3)  # the second graph at the first call without the actor's update
+    assert compiled._timed == {"update_critics"}
+    train(compiled, 1)  # the actor's graph at the first step that updates the actor
     two_graphs = compiled.compile_cpu_s
     assert two_graphs is not None and two_graphs > one_graph
     train(compiled, 4)  # nothing compiles any more: nothing more is counted

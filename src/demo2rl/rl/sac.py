@@ -9,11 +9,12 @@ SB3's algorithm, policy interface, buffers, logging and checkpoints, and makes t
 * the critics as one batched module (:class:`demo2rl.learning.sac_policy.EnsembleCritic`, in
   SB3's ``SACPolicy``: :class:`~demo2rl.learning.sac_policy.FastSACPolicy`, the network beside
   the one BC and PPO share);
-* :class:`FastSAC`: SB3's ``SAC`` whose ``train`` runs SB3 2.9's update as one function of
-  tensors (:class:`SACStep`), compiled by ``torch.compile`` into one graph: all critics in one
-  batched forward and backward pass, the actor's backward pass through the critics' inputs only,
-  the entropy coefficient's gradient in closed form, Adam and Polyak averaging in the same graph,
-  and nothing read back to Python until the losses are logged, once per ``train`` call.
+* :class:`FastSAC`: SB3's ``SAC`` whose ``train`` runs SB3 2.9's update as two functions of
+  tensors (:class:`SACStep`: the critics' update, the actor's), each compiled by
+  ``torch.compile`` into one graph: all critics in one batched forward and backward pass, the
+  actor's backward pass through the critics' inputs only, the entropy coefficient's gradient in
+  closed form, Adam and Polyak averaging in the graphs, and nothing read back to Python until
+  the losses are logged, once per ``train`` call.
 
 Not here: other algorithms (no random critic subsets, no CrossQ) and replay
 buffers (any buffer whose ``sample`` returns SB3's ``ReplayBufferSamples`` works, n-step
@@ -76,17 +77,19 @@ class _ActorDistribution(nn.Module):
 
 
 class SACStep:
-    """SB3 2.9's SAC gradient step as one function of tensors: what :class:`FastSAC` runs,
-    compiled or not.
+    """SB3 2.9's SAC gradient step as two functions of tensors, run one after the other: what
+    :class:`FastSAC` runs, compiled or not. :meth:`update_critics` (with the targets' Polyak
+    step) runs at every gradient step, :meth:`update_actor` (with the entropy coefficient's)
+    at every step or, with an actor delay, at every few.
 
-    Inputs: the model's parameters (detached aliases: the step updates them in place), the Adam
-    optimizers' state tensors and learning rates, a batch (observations preprocessed), the
-    actor's two Gaussian draws, this step's Polyak coefficient (``tau``, or 0 between target
+    Inputs: the model's parameters (detached aliases: the updates change them in place), the
+    Adam optimizers' state tensors and learning rates, a batch (observations preprocessed), the
+    actor's Gaussian draws, this step's Polyak coefficient (``tau``, or 0 between target
     updates) and the entropy coefficient if it is fixed; output: the values to log. The actor's
     loss differentiates the actor only: the critics are constants there, its backward pass goes
     through their inputs and never into their weights.
 
-    Compiled (``torch.compile``), the step is one graph: the gradients come from ``torch.func``
+    Compiled (``torch.compile``), each update is one graph: the gradients come from ``torch.func``
     and the optimizer steps are ``torch.optim.Adam``'s arithmetic written out, on the
     optimizers' own state tensors (``step``, ``exp_avg``, ``exp_avg_sq``, created as torch
     creates them). Run eagerly, it uses autograd and each optimizer's own ``step``.
@@ -183,29 +186,23 @@ class SACStep:
         of shape (1,) (a 0-dim one would have ``torch.compile`` check it for NaN each call)."""
         return [self.scalar(opt.param_groups[0]["lr"], th.float64, 1) for opt in self.optimizers]
 
-    def __call__(
+    def update_critics(
         self,
         tensors: list[th.Tensor],
         states: list[tuple[list[th.Tensor], list[th.Tensor], list[th.Tensor]]] | None,
         lrs: list[th.Tensor] | None,
         batch: tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor, th.Tensor, th.Tensor],
-        noise: th.Tensor,
         next_noise: th.Tensor,
         tau: th.Tensor,
         ent_coef: th.Tensor | None,
-        update_actor: bool = True,
     ) -> th.Tensor:
-        """One gradient step; returns (ent_coef, actor_loss, critic_loss[, ent_coef_loss]).
-        Without ``update_actor`` only the critics learn (and the targets follow them): the
-        actor's and the entropy coefficient's losses are NaN, their weights untouched."""
+        """The critics' gradient step, then the target critics' Polyak step (``tau``; 0 between
+        target updates); returns (ent_coef, critic_loss)."""
         obs, actions, next_obs, dones, rewards, discounts = batch
-        actor = self._params("actor", tensors)
-        if self.ent_coef_index is not None:
-            log_ent_coef = tensors[self.ent_coef_index]
-            ent_coef = log_ent_coef.exp()  # before this step's update, as SB3's
-        assert ent_coef is not None
+        ent_coef = self._ent_coef(tensors, ent_coef)
 
         # the target: rewards + (1 - dones) * discount * (min_i Q'_i(s', a') - ent_coef * log pi)
+        actor = self._params("actor", tensors)
         next_actions, next_log_prob = self._sample(actor, next_obs, next_noise)
         target_critics = self._params("target", tensors)
         next_q = functional_call(
@@ -220,27 +217,43 @@ class SACStep:
             1, self._critic_loss, trainable, (frozen, obs, actions, target_q), tensors, states, lrs
         )
 
-        logged = [ent_coef.reshape(())]
-        if update_actor:
-            # the actor: mean(ent_coef * log pi(a|s) - min_i Q_i(s, a)), with the updated critics
-            critics = self._params("critic", tensors)
-            actor_loss, log_prob = self._minimise(
-                0, self._actor_loss, actor, (critics, obs, noise, ent_coef), tensors, states, lrs
-            )
-            logged += [actor_loss, critic_loss]
-            if self.ent_coef_index is not None:
-                # SB3's loss -(log_ent_coef * (log_prob + target_entropy).detach()).mean() and its
-                # gradient -mean(log_prob + target_entropy), in closed form
-                surprise = (log_prob + self.target_entropy).mean()
-                logged.append(-(log_ent_coef * surprise).reshape(()))
-                self._apply(2, [-surprise.reshape(1)], tensors, states, lrs)
-        else:  # a delayed step (TD3's): the critics only; the actor's losses are NaN
-            skipped = critic_loss.new_full((), float("nan"))
-            logged += [skipped, critic_loss] + [skipped] * (self.ent_coef_index is not None)
-
         targets, sources = self.polyak
         th._foreach_lerp_([tensors[i] for i in targets], [tensors[i] for i in sources], tau)
+        return th.stack([ent_coef.reshape(()), critic_loss])
+
+    def update_actor(
+        self,
+        tensors: list[th.Tensor],
+        states: list[tuple[list[th.Tensor], list[th.Tensor], list[th.Tensor]]] | None,
+        lrs: list[th.Tensor] | None,
+        obs: th.Tensor,
+        noise: th.Tensor,
+        ent_coef: th.Tensor | None,
+    ) -> th.Tensor:
+        """The actor's gradient step against the critics as they are (after this step's update),
+        then the entropy coefficient's; returns (actor_loss[, ent_coef_loss])."""
+        ent_coef = self._ent_coef(tensors, ent_coef)
+        # the actor: mean(ent_coef * log pi(a|s) - min_i Q_i(s, a))
+        actor, critics = self._params("actor", tensors), self._params("critic", tensors)
+        actor_loss, log_prob = self._minimise(
+            0, self._actor_loss, actor, (critics, obs, noise, ent_coef), tensors, states, lrs
+        )
+        logged = [actor_loss]
+        if self.ent_coef_index is not None:
+            # SB3's loss -(log_ent_coef * (log_prob + target_entropy).detach()).mean() and its
+            # gradient -mean(log_prob + target_entropy), in closed form
+            surprise = (log_prob + self.target_entropy).mean()
+            logged.append(-(tensors[self.ent_coef_index] * surprise).reshape(()))
+            self._apply(2, [-surprise.reshape(1)], tensors, states, lrs)
         return th.stack(logged)
+
+    def _ent_coef(self, tensors: list[th.Tensor], ent_coef: th.Tensor | None) -> th.Tensor:
+        """The entropy coefficient of this step: exp(log_ent_coef) before the step's update of
+        it (as SB3's), or the fixed one given."""
+        if self.ent_coef_index is not None:
+            return tensors[self.ent_coef_index].exp()
+        assert ent_coef is not None
+        return ent_coef
 
     def _minimise(
         self,
@@ -355,14 +368,14 @@ class SACStep:
         th._foreach_sub_(params, updates)
 
 
-def _own_code(step: SACStep) -> Callable[..., th.Tensor]:
-    """``step.__call__`` as a method whose function has a code object of its own, for
+def _own_code(step: SACStep, name: str) -> Callable[..., th.Tensor]:
+    """``step``'s method ``name`` as a method whose function has a code object of its own, for
     ``torch.compile``: its compiled graphs are cached per code object, each entry guarding on
     the step's constants (critics, entropy target, shapes), and after ``recompile_limit`` (8)
-    entries a ``fullgraph`` compile fails. Compiling a callable object would share one code
-    object between every model a process builds (tests, notebooks, a benchmark's worker): its
-    ninth model would fail. One code object per step keeps each model's graphs to its own."""
-    function = SACStep.__call__
+    entries a ``fullgraph`` compile fails. Compiling a method would share one code object
+    between every model a process builds (tests, notebooks, a benchmark's worker): its ninth
+    model would fail. One code object per step keeps each model's graphs to its own."""
+    function = getattr(SACStep, name)
     own = types.FunctionType(
         function.__code__.replace(),
         function.__globals__,
@@ -392,6 +405,12 @@ COMPILE_ERRORS: tuple[type[Exception], ...] = (
 )
 """What ``torch.compile`` raises when it cannot compile the step (no working C++ toolchain, a
 backend's bug, an op it cannot trace): the step then runs eagerly (:meth:`FastSAC.train`)."""
+
+
+GRAPHS = ("update_critics", "update_actor")
+""":class:`SACStep`'s two updates, compiled to a graph each (:meth:`FastSAC.step_function`)."""
+Runs = dict[str, Callable[..., th.Tensor]]
+"""What runs each of :data:`GRAPHS`, by name: the compiled graph, or the eager method."""
 
 
 class CompileFallback(RuntimeWarning):
@@ -427,8 +446,9 @@ class FastSAC(SAC):
     ``train(1)`` calls (``benchmarks/offpolicy.py``, Nov 2026), the compiled step ran 952
     gradient steps/s, the same step run eagerly 449 and SB3's ``SAC.train`` 345; with
     [256, 256] networks 125, 105 and 87 (the matrix products dominate there). Compiling needs
-    a C++ compiler (inductor) and takes 5-20 s at the first ``train`` call of a process, and
-    again for each new batch size; torch caches it on disk.
+    a C++ compiler (inductor) and happens at the first ``train`` call of a process, and again
+    for each new batch size: about 17 CPU s with the racing task's default networks on an empty
+    cache, 3 once torch's cache on disk holds the graphs (:attr:`compile_cpu_s`).
 
     :param compile_update: compile the step with ``torch.compile`` (``compile_backend``); if
         False, run it eagerly (slower; no compiler needed).
@@ -468,33 +488,45 @@ class FastSAC(SAC):
             raise NotImplementedError("FastSAC does not implement gSDE (use_sde=True)")
         if self.batch_norm_stats:
             raise NotImplementedError("FastSAC does not implement batch normalisation")
-        self._step: tuple[FastSACPolicy, bool, SACStep, Callable[..., th.Tensor]] | None = None
+        self._step: tuple[FastSACPolicy, bool, SACStep, Runs] | None = None
         self.compile_cpu_s: float | None = None
-        """CPU seconds this process spent compiling the step (its first call per graph, the
-        step with the actor's update and, with ``policy_delay`` > 1, the one without: this
-        process's and its compiler's): None before, or never compiled."""
-        self._timed_calls = 0
+        """CPU seconds this process spent compiling the step (the first call of each graph, the
+        critics' update and the actor's: this process's and its compiler's): None before, or
+        never compiled."""
+        self._timed: set[str] = set()
 
     def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "_step", "compile_cpu_s", "_timed_calls"]
+        return [*super()._excluded_save_params(), "_step", "compile_cpu_s", "_timed"]
 
-    def step_function(self) -> tuple[SACStep, Callable[..., th.Tensor]]:
-        """The policy's :class:`SACStep` and what runs it (compiled if ``compile_update``),
-        built once per policy object and setting."""
+    def step_function(self) -> tuple[SACStep, Runs]:
+        """The policy's :class:`SACStep` and what runs its two updates, by name
+        (``update_critics``, ``update_actor``): each compiled to a graph of its own if
+        ``compile_update``, so a delayed actor's steps run the critics' graph alone, and the
+        critics' update is compiled once. Built once per policy object and setting."""
         if self._step is None or self._step[:2] != (self.policy, self.compile_update):
             step = SACStep(self)
-            run: Callable[..., th.Tensor] = step
+            runs: Runs = {name: getattr(step, name) for name in GRAPHS}
             if self.compile_update:
                 for optimizer in step.optimizers:
                     check_adam(optimizer)
-                run = th.compile(
-                    _own_code(step), fullgraph=True, dynamic=False, backend=self.compile_backend
-                )
-                self._timed_calls = 0  # a new graph: its first calls compile it
-            self._step = (self.policy, self.compile_update, step, run)
+                # inductor's C++ wrapper: a graph's kernels built as one C++ file with
+                # precompiled headers, not one each: a cold compile ~25% cheaper, same results
+                options = {"cpp_wrapper": True} if self.compile_backend == "inductor" else None
+                runs = {
+                    name: th.compile(
+                        _own_code(step, name),
+                        fullgraph=True,
+                        dynamic=False,
+                        backend=self.compile_backend,
+                        options=options,
+                    )
+                    for name in GRAPHS
+                }
+                self._timed = set()  # new graphs: their first calls compile them
+            self._step = (self.policy, self.compile_update, step, runs)
         return self._step[2], self._step[3]
 
-    def _eager_after(self, err: Exception) -> Callable[..., th.Tensor]:
+    def _eager_after(self, err: Exception) -> Runs:
         """The step run eagerly from now on, since compiling it failed with ``err``: said in a
         warning that names the cause (the run goes on, its results those of
         ``rl.sac.compile: false`` from here, which differ from a compiled run's in the last
@@ -506,7 +538,7 @@ class FastSAC(SAC):
             "rl.sac.compile: false: slower, and the results differ from a compiled run's in "
             "the last bits)",
             CompileFallback,
-            stacklevel=3,
+            stacklevel=4,
         )
         self.compile_update = False
         return self.step_function()[1]
@@ -521,14 +553,36 @@ class FastSAC(SAC):
         if self.ent_coef_optimizer is not None:
             optimizers.append(self.ent_coef_optimizer)
         self._update_learning_rate(optimizers)
-        step, run = self.step_function()
+        step, runs = self.step_function()
         tensors = step.tensors()
-        compiled = run is not step
-        states, lrs = (step.states(), step.learning_rates()) if compiled else (None, None)
+        optim = (step.states(), step.learning_rates()) if self.compile_update else (None, None)
         taus = (step.scalar(self.tau), step.scalar(0.0))
         ent_coef = self.ent_coef_tensor if self.log_ent_coef is None else None
         gamma: th.Tensor | None = None
         normalize = self.policy.normalize_images
+        skipped = th.full((1 + (self.log_ent_coef is not None),), math.nan, device=self.device)
+
+        def run(name: str, *args: Any) -> th.Tensor:
+            nonlocal runs, optim
+            compiling = self.compile_update and name not in self._timed
+            before = training_cpu_seconds() if compiling else 0.0
+            try:
+                out = runs[name](tensors, *optim, *args)
+            except COMPILE_ERRORS as err:  # compiled at its first call: a compiler that fails
+                if not compiling:
+                    raise
+                runs, optim = self._eager_after(err), (None, None)
+                out = runs[name](tensors, *optim, *args)  # the same batch and draws, eagerly
+            if compiling:
+                self._timed.add(name)
+                self.compile_cpu_s = (self.compile_cpu_s or 0.0) + training_cpu_seconds() - before
+                if self._timed.issuperset(GRAPHS) or not self.compile_update:
+                    log.info(
+                        "compiled the SAC update in %.1f CPU s (torch's cache on disk makes a "
+                        "later process's compile on this machine a few seconds)",
+                        self.compile_cpu_s,
+                    )
+            return out
 
         logged = []
         for gradient_step in range(gradient_steps):
@@ -546,47 +600,20 @@ class FastSAC(SAC):
                 preprocess_obs(o, self.observation_space, normalize_images=normalize)
                 for o in (batch.observations, batch.next_observations)
             )
-            tensors_in = (obs, batch.actions, next_obs, batch.dones, batch.rewards, discounts)
-            update_actor = (self._n_updates + gradient_step) % self.policy_delay == 0
-            args = (
-                tensors,
-                states,
-                lrs,
-                tensors_in,
-                noise,
-                next_noise,
-                tau,
-                ent_coef,
-                update_actor,
-            )
-            # a graph compiles at its first call: the first policy_delay calls, one per graph
-            timed = compiled and self._timed_calls < self.policy_delay
-            before = training_cpu_seconds() if timed else 0.0
-            try:
-                logged.append(run(*args))
-            except COMPILE_ERRORS as err:  # compiled at its first call: a compiler that fails
-                if not compiled:
-                    raise
-                run, compiled = self._eager_after(err), False
-                states, lrs = None, None
-                logged.append(run(*args))  # the same batch and draws, eagerly
-            if timed:
-                self._timed_calls += 1
-                spent = training_cpu_seconds() - before
-                self.compile_cpu_s = (self.compile_cpu_s or 0.0) + spent
-                if self._timed_calls == self.policy_delay or not compiled:  # (eager: no more)
-                    log.info(
-                        "compiled the SAC update in %.1f CPU s (torch's cache on disk makes a "
-                        "later process's compile on this machine a few seconds)",
-                        self.compile_cpu_s,
-                    )
+            data = (obs, batch.actions, next_obs, batch.dones, batch.rewards, discounts)
+            critics = run("update_critics", data, next_noise, tau, ent_coef)
+            if (self._n_updates + gradient_step) % self.policy_delay == 0:
+                actor = run("update_actor", obs, noise, ent_coef)
+            else:  # a delayed step (TD3's): the critics only; the actor's losses are NaN
+                actor = skipped
+            logged.append(th.cat([critics, actor]))
         self._n_updates += gradient_steps
 
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
         if not logged:
             return
         means = th.stack(logged).nanmean(dim=0).tolist()  # (delayed steps log no actor loss)
-        keys = ["train/ent_coef", "train/actor_loss", "train/critic_loss", "train/ent_coef_loss"]
+        keys = ["train/ent_coef", "train/critic_loss", "train/actor_loss", "train/ent_coef_loss"]
         for key, value in zip(keys, means, strict=False):
             if not math.isnan(value):
                 self.logger.record(key, value)
