@@ -1,13 +1,14 @@
-"""What a rule's params carry is what variant sharing keys on, checked without Snakemake.
+"""What a rule's params carry is what the schema declares it reads, checked without Snakemake.
 
 A job's params (its spec's result fields, :meth:`demo2rl.workflow.plan.Plan.params`) are what
-Snakemake reruns it on; the config keys a job reads (the schema's ``x-read-by``,
-:meth:`demo2rl.workflow.variants.Sharing.reads`) are what a variant's job is shared on. The two
-must agree, or a variant would reuse a job whose params differ (a stale result under its name),
-or run again a job it could share. For every config key, this changes the key alone in the test
-config, builds both Plans and compares every heavy job's params: the jobs whose params changed
-must be exactly the jobs that declare the key read. (tests/test_rerun_matrix.py checks the same
-declaration against Snakemake's own plans, downstream jobs and code included, in minutes.)
+Snakemake reruns it on, and what a variant's job is shared on
+(:meth:`demo2rl.workflow.plan.Plan.result_params`); the schema's ``x-read-by`` declares, per
+config key, the jobs that read it: what docs/reruns.md and tests/test_rerun_matrix.py expect a
+change of the key to rerun. The two must agree. For every config key, this changes the key alone
+in the test config, builds both Plans and compares every heavy job's params: the jobs whose
+params changed must be exactly the jobs that declare the key read. (tests/test_rerun_matrix.py
+checks the same declaration against Snakemake's own plans, downstream jobs and code included, in
+minutes.)
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from test_rerun_matrix import (
     SPECIAL_CONFIGS,
     changed_value,
     effective_config,
+    reads,
     with_value,
 )
 
@@ -93,14 +95,26 @@ CASES = [k for k, spec in KEYS.items() if "const" not in spec and k not in NEEDS
 
 @pytest.mark.parametrize("key", CASES)
 def test_the_jobs_whose_params_a_key_changes_are_the_jobs_that_declare_it_read(base, key):
-    plan, params = base
+    _, params = base
     changed = Plan(changed_config(copy.deepcopy(effective_config()), key))
     still = set(jobs(changed))  # (a key such as rl.arms removes jobs: those are compared not)
     moved = {job for job in params if job in still and result_params(changed, job) != params[job]}
-    declared = {
-        job for job in params if job in still and key in plan.sharing.reads(job[0], **dict(job[1]))
-    }
+    declared = {job for job in params if job in still and key in reads(job[0], **dict(job[1]))}
     assert moved == declared, (
         f"{key}: params changed but not declared read: {sorted(moved - declared)}; "
         f"declared read but params unchanged: {sorted(declared - moved)}"
     )
+
+
+def test_what_sharing_keys_on_is_what_the_params_carry(base):
+    """A variant's job is shared on :meth:`Plan.result_params`: for every heavy job, exactly
+    its rule's result params as Snakemake gets them (and the code it runs, as named modules)."""
+    plan, params = base
+    for (rule, wildcards), expected in params.items():
+        if rule in ("summarize", "compare_variants"):
+            continue  # (no job kind: never shared)
+        keyed = plan.result_params(
+            plan.base.name, rule, {k: v for k, v in wildcards if k != "root"}
+        )
+        assert keyed.pop("code") == plan.code_roots(rule, plan.base)
+        assert keyed == expected, rule

@@ -4,8 +4,7 @@ Snakemake's own plan for each, one change at a time, on a finished run of the te
 What a change should rerun, as a reader can see it:
 
 * config keys: ``x-read-by`` on every leaf key of config/schema.yaml (rules whose params hold
-  it; ``train_rl`` on a key of ``rl``: the runs of the arms that read it,
-  :func:`demo2rl.workflow.variants.readers`);
+  it; ``train_rl`` on a key of ``rl``: the runs of the arms that read it, :func:`readers`);
 * library modules: the modules themselves, their imports and their declarations about their
   fingerprint (:data:`demo2rl.provenance.DECLARATIONS`), from which :data:`MODULES` derives the
   rules whose code fingerprint covers each module.
@@ -51,7 +50,7 @@ from conftest import REPO, TEST_CONFIG, checked, run_call, snakemake, snakemake_
 from snakemake.utils import validate
 from warm_snakemake import Call, warm_pool
 
-from demo2rl import names, provenance
+from demo2rl import arms, names, provenance
 from demo2rl.config import load as load_config
 from demo2rl.workflow import variants
 from demo2rl.workflow.plan import Plan
@@ -153,8 +152,56 @@ tracking modules, which declare themselves ``RESULT_NEUTRAL``)."""
 
 SCHEMA_DOC = yaml.safe_load(SCHEMA.read_text())
 KEYS = dict(schema_leaves(SCHEMA_DOC))
-READERS = variants.readers(KEYS)
-"""Per key, the (rule, wildcards) of the jobs that read it: what sharing between variants uses."""
+
+
+def parse_selector(selector: str) -> tuple[str, dict[str, str]]:
+    """``rule[k=v,...]`` -> (rule, {k: v})."""
+    match = re.fullmatch(r"(\w+)(?:\[(.*)\])?", selector)
+    assert match, f"bad selector {selector!r}"
+    pairs = [p.split("=", 1) for p in (match[2] or "").split(",") if p]
+    return match[1], {k.strip(): v.strip() for k, v in pairs}
+
+
+def readers(keys: Mapping[str, Mapping[str, Any]]) -> dict[str, list[tuple[str, dict[str, str]]]]:
+    """Per config key, the jobs that read it, as (rule, wildcards) selectors: its ``x-read-by``
+    entries, with ``train_rl`` on a key of ``rl`` narrowed to the arms whose runs read it
+    (:meth:`demo2rl.arms.Arm.reads_rl`, what a run's params carry), so that the schema names no
+    arm.
+
+    :param keys: the schema's leaf keys, each with its ``x-read-by``.
+    """
+    out = {}
+    for key, spec in keys.items():
+        found = []
+        for rule, want in map(parse_selector, spec.get("x-read-by", [])):
+            section, _, rest = key.partition(".")
+            if rule == "train_rl" and section == "rl" and "arm" not in want:
+                section = rest.partition(".")[0]
+                arm_readers = [a.name for a in arms.REGISTRY.values() if a.reads_rl(section)]
+                if len(arm_readers) == len(arms.REGISTRY):
+                    found.append((rule, want))
+                else:
+                    found += [(rule, want | {"arm": arm}) for arm in arm_readers]
+            else:
+                found.append((rule, want))
+        out[key] = found
+    return out
+
+
+def reads(rule: str, **wildcards: str) -> set[str]:
+    """The config keys a job of ``rule`` with ``wildcards`` reads, as declared (the arms
+    registered now)."""
+    return {
+        key
+        for key, found in readers(KEYS).items()
+        if any(
+            r == rule and all(wildcards.get(k) == v for k, v in want.items()) for r, want in found
+        )
+    }
+
+
+READERS = readers(KEYS)
+"""Per key, the (rule, wildcards) of the jobs that read it (the built-in arms)."""
 
 
 def test_every_key_is_declared_and_every_module_has_a_case():
@@ -169,14 +216,6 @@ def test_every_key_is_declared_and_every_module_has_a_case():
 
 # --------------------------------------------------------------------------------------------
 # Snakemake's plan
-
-
-def parse_selector(selector: str) -> tuple[str, dict[str, str]]:
-    """``rule[k=v,...]`` -> (rule, {k: v})."""
-    match = re.fullmatch(r"(\w+)(?:\[(.*)\])?", selector)
-    assert match, f"bad selector {selector!r}"
-    pairs = [p.split("=", 1) for p in (match[2] or "").split(",") if p]
-    return match[1], {k.strip(): v.strip() for k, v in pairs}
 
 
 def plan_call(workdir: Path, config: Path, env: Mapping[str, str]) -> Call:

@@ -18,12 +18,13 @@ import torch
 import yaml
 from conftest import REPO, copy_run, snakemake
 from mlflow.tracking import MlflowClient
-from test_rerun_matrix import dry_run_jobs
+from test_rerun_matrix import dry_run_jobs, reads
 from test_reruns import assert_same, comparable
 
 from demo2rl import arms, config
 from demo2rl.config import ConfigError
 from demo2rl.workflow import variants
+from demo2rl.workflow.plan import Plan
 
 SCHEMA = yaml.safe_load((REPO / "config" / "schema.yaml").read_text())
 LEAVES = variants.schema_leaves(SCHEMA)
@@ -110,8 +111,9 @@ def test_merge_is_deep_and_replaces_lists():
 
 
 def sharing(**named: dict) -> variants.Sharing:
-    configs = {"base": BASE} | {n: variants.merge(BASE, o) for n, o in named.items()}
-    return variants.Sharing(configs, LEAVES)
+    """Which variant's job each job is, in a plan of the test config with the variants
+    ``named`` (and no other)."""
+    return Plan(BASE | {"variants": named}).sharing
 
 
 def test_a_variant_of_rl_shares_the_demonstrations_and_the_clone():
@@ -150,14 +152,14 @@ def leaf_keys(node: dict, prefix: str) -> set[str]:
 
 @pytest.mark.parametrize("arm", [*arms.BUILTIN, "toy_sac"])
 def test_a_run_shares_on_exactly_the_rl_keys_it_is_given(arm):
-    """What sharing keys a train_rl job on (the schema's x-read-by, narrowed to the arms that
+    """What the schema declares a train_rl job reads (its x-read-by, narrowed to the arms that
     read a key by the arm records) is exactly the ``rl`` slice its params carry, for every arm
     and for one registered later (an off-policy toy arm without a section); the schema names no
     arm."""
     toy = arms.Arm("toy_sac", "toy", "tab:cyan", start=lambda s: None, algorithm="SAC")
     arms.REGISTRY[toy.name] = toy
     try:
-        read = {k for k in sharing().reads("train_rl", arm=arm) if k.startswith("rl.")}
+        read = {k for k in reads("train_rl", arm=arm) if k.startswith("rl.")}
         given = leaf_keys(arms.get(arm).rl_slice(BASE["rl"]), "rl.")
     finally:
         del arms.REGISTRY[toy.name]

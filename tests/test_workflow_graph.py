@@ -3,14 +3,16 @@ variants' sharing follows it. Fast: no Snakemake."""
 
 from __future__ import annotations
 
-import yaml
+import dataclasses
+from typing import ClassVar
+
 from conftest import REPO
 
-from demo2rl import config
-from demo2rl.workflow import graph, variants
+from demo2rl import config, spec_fields
+from demo2rl.specs import registry
+from demo2rl.workflow import graph
+from demo2rl.workflow.plan import Plan
 
-SCHEMA = yaml.safe_load((REPO / "config" / "schema.yaml").read_text())
-LEAVES = variants.schema_leaves(SCHEMA)
 BASE = config.load(REPO / "config" / "config.yaml")
 
 
@@ -68,12 +70,23 @@ def test_an_unknown_kind_is_named():
         raise AssertionError("no error")
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DistillJob:
+    """The toy kind's spec: a student of the clone, checked on as many episodes as the final
+    evaluation's."""
+
+    TASK_CODE: ClassVar[bool] = False
+    episodes: int = spec_fields.result(lambda v, wc: v.evaluate.episodes)
+    teacher: str = spec_fields.path()
+
+
 def test_a_new_kind_is_one_entry_and_the_sharing_follows_it(monkeypatch):
     """The worked example of docs/architecture.md: a toy job kind, "distill" (a student network
-    trained on the clone's actions, computed by a rule train_distill that reads bc.batch_size),
-    added to the table in the test; the sharing treats it like the built-in kinds without a
-    line of its own: a variant of an upstream key owns its distill job, a variant of another
-    arm's settings shares the base's."""
+    trained on the clone's actions, computed by a rule train_distill whose spec reads
+    evaluate.episodes), added to the table and the registry in the test; the sharing treats it like
+    the built-in kinds without a line of its own: a variant of an upstream key owns its distill
+    job, a variant of another arm's settings shares the base's, and one of the key its spec
+    reads owns it too."""
     distill = graph.JobKind(
         "distill",
         rules=("train_distill",),
@@ -82,15 +95,14 @@ def test_a_new_kind_is_one_entry_and_the_sharing_follows_it(monkeypatch):
         output="distill/policy.pt",
     )
     monkeypatch.setitem(graph.KINDS, "distill", distill)
-    leaves = {
-        **LEAVES,
-        "bc.batch_size": {**LEAVES["bc.batch_size"], "x-read-by": ["train_bc", "train_distill"]},
-    }
+    monkeypatch.setitem(registry.SPECS, "train_distill", DistillJob)
     named = {
         "lr": {"bc": {"learning_rate": 0.01}},  # the clone changes: so does its student
         "warm": {"rl": {"warm_start": {"log_std": -0.5}}},  # an RL arm's own key: shared
+        "episodes": {"evaluate": {"episodes": 7}},  # the student's own key: not the clone's
     }
-    configs = {"base": BASE} | {n: variants.merge(BASE, o) for n, o in named.items()}
-    share = variants.Sharing(configs, leaves)
+    share = Plan(BASE | {"variants": named}).sharing
     assert share.owner("lr", "distill") == "lr"
+    assert share.owner("episodes", "clone") == "base"
+    assert share.owner("episodes", "distill") == "episodes"
     assert share.owner("warm", "distill") == "base"

@@ -94,12 +94,12 @@ def getter(field: dataclasses.Field) -> Getter | None:
     return field.metadata.get(_GET)
 
 
-def fields_from(spec_type: type, where: str) -> dict[str, Getter]:
+def fields_from(spec_type: type, where: str, only: str | None = None) -> dict[str, Getter]:
     """The fields of ``spec_type`` the workflow passes through ``where`` (``params`` or
-    ``resources``), each with its getter, by name."""
+    ``resources``), only those of role ``only`` if given, each with its getter, by name."""
     out = {}
     for field in dataclasses.fields(spec_type):
-        if source(field) == where:
+        if source(field) == where and only in (None, role(field)):
             get = getter(field)
             if get is None:
                 raise TypeError(f"{spec_type.__name__}.{field.name}: a {where} field needs a get")

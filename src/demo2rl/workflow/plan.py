@@ -15,6 +15,7 @@ import copy
 import functools
 import json
 import re
+import types
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -184,7 +185,7 @@ class Plan:
     paths the rules read and write.
 
     :param cfg: the config as Snakemake holds it (validated by the schema, defaults filled).
-    :param schema: the config schema (its ``x-read-by`` says what each rule reads).
+    :param schema: the config schema (the keys a variant may override).
     :param gpus: the ``gpu`` resource the invocation declares, if any (where ``auto`` devices
         may pick CUDA: :func:`demo2rl.config.device`).
     """
@@ -205,7 +206,7 @@ class Plan:
         """The ``variants`` section as the config declares it."""
         self._by_root = {v.root: v for v in self.variants.values()}
         self.sharing = variants.Sharing(
-            {name: v.config for name, v in self.variants.items()}, leaves
+            {name: v.config for name, v in self.variants.items()}, self.result_params
         )
         self.arms = sorted({arm for v in self.variants.values() for arm in v.arms})
         """Every arm some variant runs."""
@@ -302,6 +303,20 @@ class Plan:
         out = {name: self._per_job(get) for name, get in fields.items()}
         out["code"] = lambda wc: _fingerprint(self.code_roots(rule, self.subject(wc)))
         return out
+
+    def result_params(
+        self, variant: str, rule: str, wildcards: Mapping[str, str]
+    ) -> dict[str, Any]:
+        """What can change the result of ``variant``'s job of heavy rule ``rule`` with
+        ``wildcards`` (its ``root`` aside): its params' result fields and the modules whose code
+        it runs (:attr:`variants.Sharing` keys on them)."""
+        v = self.variants[variant]
+        wc = types.SimpleNamespace(root=v.root, **wildcards)
+        spec = registry.SPECS[rule]
+        fields = spec_fields.fields_from(spec, "params", only="result")
+        return {name: get(v, wc) for name, get in fields.items()} | {
+            "code": self.code_roots(rule, v)
+        }
 
     @staticmethod
     def code_roots(rule: str, subject: Variant | Plan) -> tuple[str, ...]:

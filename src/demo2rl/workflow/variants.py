@@ -10,13 +10,12 @@ deep-merged into the base config (a mapping merges into a mapping, anything else
 * ``sample``: ``n`` variants drawn from declared ranges with their own ``seed``: the same
   config gives the same variants, on every machine.
 
-The base config runs as variant ``base`` (:data:`demo2rl.names.BASE_VARIANT`). A variant's
-job reruns on exactly what Snakemake compares (its params), and what a job reads is declared per
-config key in config/schema.yaml (``x-read-by``, checked against Snakemake's plan by
-tests/test_rerun_matrix.py). So a job of a variant whose config agrees with an earlier variant's
-(the base first) on every key that job and the jobs upstream of it read would compute the same
-bytes: it is that variant's job, not a new one (:class:`Sharing`). A variant of ``rl.*``
-therefore reuses the base's demonstrations and clone.
+The base config runs as variant ``base`` (:data:`demo2rl.names.BASE_VARIANT`). A job reruns on
+exactly what Snakemake compares: its params, the result fields of its job spec
+(:mod:`demo2rl.specs`) and its code. So a job of a variant whose params agree with an earlier
+variant's (the base first), and whose upstream jobs do too, would compute the same bytes: it is
+that variant's job, not a new one (:class:`Sharing`). A variant of ``rl.*`` therefore reuses the
+base's demonstrations and clone.
 """
 
 from __future__ import annotations
@@ -28,12 +27,11 @@ import itertools
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
-from demo2rl import arms
 from demo2rl.config import ConfigError
 from demo2rl.names import BASE_VARIANT
 from demo2rl.workflow import graph
@@ -203,15 +201,6 @@ def flatten(overrides: Mapping[str, Any], leaves: Mapping[str, Any], prefix: str
 # which jobs a variant shares
 
 
-def selector(text: str) -> tuple[str, dict[str, str]]:
-    """An ``x-read-by`` entry ``rule`` or ``rule[wildcard=value,...]`` -> (rule, {k: v})."""
-    match = re.fullmatch(r"(\w+)(?:\[(.*)\])?", text)
-    if not match:
-        raise ValueError(f"bad x-read-by selector {text!r}")
-    pairs = [p.split("=", 1) for p in (match[2] or "").split(",") if p]
-    return match[1], {k.strip(): v.strip() for k, v in pairs}
-
-
 def schema_leaves(node: Mapping[str, Any], prefix: str = "") -> dict[str, dict[str, Any]]:
     """Dotted key -> schema entry of every leaf key of the config schema."""
     out = {}
@@ -223,88 +212,45 @@ def schema_leaves(node: Mapping[str, Any], prefix: str = "") -> dict[str, dict[s
     return out
 
 
-def readers(leaves: Mapping[str, Mapping[str, Any]]) -> dict[str, list[tuple[str, dict[str, str]]]]:
-    """Per config key, the jobs that read it, as (rule, wildcards) selectors: its ``x-read-by``
-    entries (:func:`selector`), with ``train_rl`` on a key of ``rl`` narrowed to the arms whose
-    runs read it (:meth:`demo2rl.arms.Arm.reads_rl`, what a run's params carry), so that the
-    schema names no arm.
-
-    :param leaves: the schema's leaf keys (:func:`schema_leaves`), each with its ``x-read-by``.
-    """
-    out = {}
-    for key, spec in leaves.items():
-        found = []
-        for rule, want in map(selector, spec.get("x-read-by", [])):
-            section, _, rest = key.partition(".")
-            if rule == "train_rl" and section == "rl" and "arm" not in want:
-                section = rest.partition(".")[0]
-                arm_readers = [a.name for a in arms.REGISTRY.values() if a.reads_rl(section)]
-                if len(arm_readers) == len(arms.REGISTRY):
-                    found.append((rule, want))
-                else:
-                    found += [(rule, want | {"arm": arm}) for arm in arm_readers]
-            else:
-                found.append((rule, want))
-        out[key] = found
-    return out
-
-
 class Sharing:
     """Which variant's job each job of a variant is.
 
-    A job's identity is what it reads, upstream jobs included: for every config key its rules
-    read (``x-read-by`` in the schema), the variant's value, and the identities of the jobs it
-    reads (:data:`demo2rl.workflow.graph.KINDS`). A variant's job is the job of the first variant
-    (in ``configs``' order, the base first) with the same identity; with ``configs`` built from
-    the same config, the same answer on every machine.
+    A job's identity is what can change its result, upstream jobs included: for each of its
+    rules, the result params its job spec gives it (what Snakemake reruns it on) and the modules
+    whose code it runs, and the identities of the jobs it reads
+    (:data:`demo2rl.workflow.graph.KINDS`). A variant's job is the job of the first variant (in
+    ``configs``' order, the base first) with the same identity; with ``configs`` built from the
+    same config, the same answer on every machine.
 
     :param configs: each variant's full config, the base first.
-    :param leaves: the schema's leaf keys (:func:`schema_leaves`), each with its ``x-read-by``.
+    :param params: ``params(variant, rule, wildcards)``: the result params and code of
+        ``variant``'s job of ``rule`` (:meth:`demo2rl.workflow.plan.Plan.result_params`).
     """
 
     def __init__(
         self,
         configs: Mapping[str, Mapping[str, Any]],
-        leaves: Mapping[str, Mapping[str, Any]],
+        params: Callable[[str, str, Mapping[str, str]], Mapping[str, Any]],
     ) -> None:
         self.configs = dict(configs)
-        self._readers = readers(leaves)
+        self.params = params
         self._owners: dict[tuple[str, ...], str] = {}
 
     @functools.cache  # noqa: B019  (one Sharing per workflow: it lives as long as the cache)
-    def reads(self, rule: str, **wildcards: str) -> list[str]:
-        """The config keys a job of ``rule`` with ``wildcards`` reads."""
-        return [
-            key
-            for key, readers in self._readers.items()
-            if any(
-                r == rule and all(wildcards.get(k) == v for k, v in want.items())
-                for r, want in readers
-            )
-        ]
-
-    def _values(self, variant: str, rule: str, **wildcards: str) -> str:
-        config = self.configs[variant]
-        values = {}
-        for key in self.reads(rule, **wildcards):
-            node: Any = config
-            for part in key.split("."):
-                node = node.get(part) if isinstance(node, Mapping) else None
-            values[key] = node
-        return json.dumps(values, sort_keys=True)
-
-    @functools.cache  # noqa: B019  (as reads: one Sharing per workflow)
     def _identity(self, variant: str, job: graph.Job) -> str:
         """A digest of what ``variant``'s ``job`` reads: the identities of the jobs it reads, and
-        its rules' config values (a digest, so that a DAgger round's, which reads every shard
-        of every round before it, stays one string; cached, so that each is computed once)."""
+        its rules' params (a digest, so that a DAgger round's, which reads every shard of every
+        round before it, stays one string; cached, so that each is computed once)."""
         kind, args = graph.kind(job), job[1:]
         reads = kind.inputs(self.configs[variant], args).values()
         upstream = [j for r in reads for j in (r if isinstance(r, list) else [r])]
         wildcards = kind.wildcards_of(args)
         parts = [
             *(self._identity(variant, needed) for needed in upstream),
-            *(self._values(variant, rule, **wildcards) for rule in kind.rules),
+            *(
+                json.dumps(self.params(variant, rule, wildcards), sort_keys=True)
+                for rule in kind.rules
+            ),
         ]
         return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
