@@ -1,10 +1,11 @@
 # Shared by the rules: the Plan (demo2rl.workflow), the calls into it, wildcard constraints and
 # the MLflow hooks.
 #
-# A heavy rule's params and resources are its job spec's fields (demo2rl.specs): params are
-# what can change its result (the config it reads, the fingerprint of the code it runs), which
-# Snakemake reruns a job on; resources are speed settings, which rerun nothing. The schema says,
-# per key, which rules read it (`x-read-by`); tests/test_rerun_matrix.py checks both.
+# A heavy rule's params and resources are its job spec's fields (demo2rl.specs), each computed
+# from the config keys the field declares it reads: params are what can change its result (the
+# config it reads, the fingerprint of the code it runs), which Snakemake reruns a job on and a
+# variant shares it on; resources are speed settings, which rerun nothing.
+# tests/test_rerun_matrix.py checks the declarations against Snakemake's plans.
 import re
 from pathlib import Path
 

@@ -75,7 +75,6 @@ rule plot_summary:
     params:
         **PLAN.params("plot_summary"),
         tracking=TRACKING,
-        arm_looks=from_variant(lambda v: v.arm_looks),
     script:
         "../scripts/plot_summary.py"
 
@@ -107,7 +106,6 @@ rule plot_racing:
     params:
         **PLAN.params("plot_racing"),
         tracking=TRACKING,
-        arm_looks=from_variant(lambda v: v.arm_looks),
     script:
         "../scripts/plot_racing.py"
 
@@ -157,6 +155,5 @@ rule plot_variants:
     params:
         **PLAN.params("plot_variants"),
         tracking=TRACKING,
-        arm_looks=PLAN.arm_looks(),
     script:
         "../scripts/plot_variants.py"

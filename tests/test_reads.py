@@ -1,14 +1,15 @@
-"""What a rule's params carry is what the schema declares it reads, checked without Snakemake.
+"""What a rule's params carry is what its spec declares it reads, checked without Snakemake.
 
 A job's params (its spec's result fields, :meth:`demo2rl.workflow.plan.Plan.params`) are what
 Snakemake reruns it on, and what a variant's job is shared on
-(:meth:`demo2rl.workflow.plan.Plan.result_params`); the schema's ``x-read-by`` declares, per
-config key, the jobs that read it: what docs/reruns.md and tests/test_rerun_matrix.py expect a
-change of the key to rerun. The two must agree. For every config key, this changes the key alone
-in the test config, builds both Plans and compares every heavy job's params: the jobs whose
-params changed must be exactly the jobs that declare the key read. (tests/test_rerun_matrix.py
-checks the same declaration against Snakemake's own plans, downstream jobs and code included, in
-minutes.)
+(:meth:`demo2rl.workflow.plan.Plan.result_params`); the keys its spec's fields declare they read
+(:func:`demo2rl.workflow.plan.readers`) are what docs/reruns.md and tests/test_rerun_matrix.py
+expect a change of a key to rerun. The two must agree (a value a field derives, ``derive``, is
+code that could read more or less than it declares). For every config key, this changes the key
+alone in the test config, builds both Plans and compares every heavy job's params: the jobs
+whose params changed must be exactly the jobs that declare the key read.
+(tests/test_rerun_matrix.py checks the same declaration against Snakemake's own plans,
+downstream jobs and code included, in minutes.)
 """
 
 from __future__ import annotations

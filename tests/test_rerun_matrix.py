@@ -3,8 +3,9 @@ Snakemake's own plan for each, one change at a time, on a finished run of the te
 
 What a change should rerun, as a reader can see it:
 
-* config keys: ``x-read-by`` on every leaf key of config/schema.yaml (rules whose params hold
-  it; ``train_rl`` on a key of ``rl``: the runs of the arms that read it, :func:`readers`);
+* config keys: the keys the job specs' fields declare they read, per leaf key of
+  config/schema.yaml (:func:`demo2rl.workflow.plan.readers`: rules whose params hold it;
+  ``train_rl`` on a key of ``rl``: the runs of the arms that read it);
 * library modules: the modules themselves, their imports and their declarations about their
   fingerprint (:data:`demo2rl.provenance.DECLARATIONS`), from which :data:`MODULES` derives the
   rules whose code fingerprint covers each module.
@@ -13,9 +14,9 @@ From that the test derives the expected jobs: the readers' jobs (a selector ``ru
 names only those jobs), the jobs that did not exist before the change (a new seed, a new
 experiment), and every job downstream of either in the changed workflow. Snakemake's plan is
 ``snakemake --detailed-summary``: per output its rule, inputs and whether an update is pending (the
-same decision a dry run prints; one case checks that they agree). A key without ``x-read-by``
-fails the test, and every module of the library has a case, so ones added later are covered
-automatically.
+same decision a dry run prints; one case checks that they agree). Every key of the schema and
+every module of the library has a case, so ones added later are covered automatically: a key
+that no spec declares read is expected to rerun nothing.
 
 A module's case is planned by Snakemake for one module of each set of rules whose code
 fingerprints cover it (a statement appended to that module in a copy of the library): that plan
@@ -50,8 +51,9 @@ from conftest import REPO, TEST_CONFIG, checked, run_call, snakemake, snakemake_
 from snakemake.utils import validate
 from warm_snakemake import Call, warm_pool
 
-from demo2rl import arms, names, provenance
+from demo2rl import names, provenance
 from demo2rl.config import load as load_config
+from demo2rl.workflow import plan as plan_module
 from demo2rl.workflow import variants
 from demo2rl.workflow.plan import Plan
 
@@ -162,56 +164,28 @@ def parse_selector(selector: str) -> tuple[str, dict[str, str]]:
     return match[1], {k.strip(): v.strip() for k, v in pairs}
 
 
-def readers(keys: Mapping[str, Mapping[str, Any]]) -> dict[str, list[tuple[str, dict[str, str]]]]:
-    """Per config key, the jobs that read it, as (rule, wildcards) selectors: its ``x-read-by``
-    entries, with ``train_rl`` on a key of ``rl`` narrowed to the arms whose runs read it
-    (:meth:`demo2rl.arms.Arm.reads_rl`, what a run's params carry), so that the schema names no
-    arm.
-
-    :param keys: the schema's leaf keys, each with its ``x-read-by``.
-    """
-    out = {}
-    for key, spec in keys.items():
-        found = []
-        for rule, want in map(parse_selector, spec.get("x-read-by", [])):
-            section, _, rest = key.partition(".")
-            if rule == "train_rl" and section == "rl" and "arm" not in want:
-                section = rest.partition(".")[0]
-                arm_readers = [a.name for a in arms.REGISTRY.values() if a.reads_rl(section)]
-                if len(arm_readers) == len(arms.REGISTRY):
-                    found.append((rule, want))
-                else:
-                    found += [(rule, want | {"arm": arm}) for arm in arm_readers]
-            else:
-                found.append((rule, want))
-        out[key] = found
-    return out
-
-
 def reads(rule: str, **wildcards: str) -> set[str]:
     """The config keys a job of ``rule`` with ``wildcards`` reads, as declared (the arms
     registered now)."""
     return {
         key
-        for key, found in readers(KEYS).items()
+        for key, found in plan_module.readers(KEYS).items()
         if any(
             r == rule and all(wildcards.get(k) == v for k, v in want.items()) for r, want in found
         )
     }
 
 
-READERS = readers(KEYS)
+READERS = plan_module.readers(KEYS)
 """Per key, the (rule, wildcards) of the jobs that read it (the built-in arms)."""
 
 
-def test_every_key_is_declared_and_every_module_has_a_case():
-    undeclared = [k for k, spec in KEYS.items() if "x-read-by" not in spec]
-    assert not undeclared, f"config keys without x-read-by in {SCHEMA}: {undeclared}"
+def test_every_module_has_a_case_and_every_reader_is_a_rule():
     assert sorted(MODULES) == sorted(library_modules()), "a case for every module of the library"
     assert MODULES["demo2rl.stages.train_rl"] == ["train_rl"]
-    for key, spec in KEYS.items():
-        for selector in spec["x-read-by"]:
-            assert parse_selector(selector)[0] in RULES, f"{key}: unknown rule in {selector!r}"
+    for key, found in READERS.items():
+        for rule, _ in found:
+            assert rule in RULES, f"{key}: unknown rule {rule!r}"
 
 
 # --------------------------------------------------------------------------------------------

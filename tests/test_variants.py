@@ -24,7 +24,7 @@ from test_reruns import assert_same, comparable
 from demo2rl import arms, config
 from demo2rl.config import ConfigError
 from demo2rl.workflow import variants
-from demo2rl.workflow.plan import Plan
+from demo2rl.workflow.plan import Plan, readers
 
 SCHEMA = yaml.safe_load((REPO / "config" / "schema.yaml").read_text())
 LEAVES = variants.schema_leaves(SCHEMA)
@@ -151,11 +151,10 @@ def leaf_keys(node: dict, prefix: str) -> set[str]:
 
 
 @pytest.mark.parametrize("arm", [*arms.BUILTIN, "toy_sac"])
-def test_a_run_shares_on_exactly_the_rl_keys_it_is_given(arm):
-    """What the schema declares a train_rl job reads (its x-read-by, narrowed to the arms that
-    read a key by the arm records) is exactly the ``rl`` slice its params carry, for every arm
-    and for one registered later (an off-policy toy arm without a section); the schema names no
-    arm."""
+def test_a_run_is_declared_to_read_exactly_the_rl_keys_it_is_given(arm):
+    """What a train_rl job is declared to read (its spec's ``rl`` field, per arm: the keys the
+    arm record reads) is exactly the ``rl`` slice its params carry, for every arm and for one
+    registered later (an off-policy toy arm without a section); the schema names no arm."""
     toy = arms.Arm("toy_sac", "toy", "tab:cyan", start=lambda s: None, algorithm="SAC")
     arms.REGISTRY[toy.name] = toy
     try:
@@ -203,9 +202,10 @@ def test_a_variant_shares_with_the_first_earlier_variant_alike_and_speed_keys_sh
 def test_only_the_comparison_across_variants_reads_the_variants_section():
     """The section's own keys shape the set of jobs; no job of a variant reads them, only the
     comparison across the variants (the overrides it labels each variant with)."""
-    keys = [k for k in LEAVES if k.startswith("variants.")]
-    assert keys and all(set(LEAVES[k]["x-read-by"]) <= {"compare_variants"} for k in keys)
-    assert any(LEAVES[k]["x-read-by"] for k in keys)
+    found = {k: {rule for rule, _ in v} for k, v in readers(LEAVES).items()}
+    keys = [k for k in found if k.startswith("variants.")]
+    assert keys and all(found[k] <= {"compare_variants"} for k in keys)
+    assert any(found[k] for k in keys)
 
 
 # --------------------------------------------------------------------------------------------

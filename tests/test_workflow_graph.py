@@ -76,7 +76,7 @@ class DistillJob:
     evaluation's."""
 
     TASK_CODE: ClassVar[bool] = False
-    episodes: int = spec_fields.result(lambda v, wc: v.evaluate.episodes)
+    episodes: int = spec_fields.result("evaluate.episodes")
     teacher: str = spec_fields.path()
 
 

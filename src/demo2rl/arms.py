@@ -20,10 +20,11 @@ summary import it without torch), and the code fingerprint of a rule that only r
 does not cover how the arm trains. A start takes a :class:`demo2rl.rl.recipe.Start` and returns the
 model; see there.
 
-Adding an arm: its :class:`Arm` below, its settings section (schema, with ``x-read-by:
-[train_rl]``: which arms read a key of ``rl`` is :meth:`Arm.reads_rl`'s answer, so the schema
-names no arm; a dataclass field of ``RLConfig``; config/config.yaml) if it has one, its start
-function, its tests and its line in docs/arms.md (docs/architecture.md walks through it).
+Adding an arm: its :class:`Arm` below, its settings section (schema; a dataclass field of
+``RLConfig``; config/config.yaml) if it has one, its start function, its tests and its line in
+docs/arms.md (docs/architecture.md walks through it). A run reads its arm's slice of ``rl``
+(:meth:`Arm.rl_slice`; which arms read a key is :meth:`Arm.reads_rl`'s answer), so no
+declaration names an arm.
 """
 
 from __future__ import annotations

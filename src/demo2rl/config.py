@@ -11,14 +11,16 @@
   does not know, or a missing one, is a :class:`ConfigError` naming it.
 * ``collect`` and ``evaluate`` mostly shape the set of jobs or set their speed: the Plan reads
   them as :class:`CollectConfig` and :class:`EvaluateConfig`
-  (:class:`demo2rl.workflow.plan.Variant`) and the spec getters hand each job the one or two
+  (:class:`demo2rl.workflow.plan.Variant`) and the spec fields hand each job the one or two
   numbers it uses, as plain params (or as a resource), so that a key a job does not read never
   reruns it. ``rl.seeds``, ``rl.arms`` and ``rl.checkpoint_every`` are the
   rules' alone (:data:`RULE_ONLY_KEYS`).
 * :func:`check` holds the cross-key checks a JSON schema cannot say.
 
-Adding a hyperparameter: its schema entry (type, default, ``x-read-by``), its field here, the
-code that uses it, and its line in config/config.yaml.
+Adding a hyperparameter: its schema entry (type, default), its field here, the code that uses
+it, and its line in config/config.yaml; a job that reads a section whole (``policy``, ``bc``, an
+arm's ``rl``) reads it then, and any other job declares it on its spec's field
+(:mod:`demo2rl.spec_fields`).
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
-"""What a field of a job spec is: its role (does it change the job's result?) and its source
-(where the workflow takes its value from).
+"""What a field of a job spec is: its role (does it change the job's result?), its source
+(where the job takes its value from) and what it reads (where the workflow takes it from).
 
 A job spec (:mod:`demo2rl.specs`) is everything one heavy job is given, as one frozen
 dataclass; the script builds it from the ``snakemake`` object (:func:`build`) and hands it to the
 stage. Each field is one of:
 
 * a **result** field (:func:`result`, or a field without a role): it can change what the job
-  produces. The workflow passes it as a rule ``param``, the values Snakemake reruns a job on, and
-  a resume key covers it (:func:`result_fields`).
+  produces. The workflow passes it as a rule ``param``, the values Snakemake reruns a job on and
+  a variant shares a job on, and a resume key covers it (:func:`result_fields`).
 * a **speed** field (:func:`speed`): threads, envs stepped together, checkpoint spacing, a time
   limit; it changes how fast (or whether) a job runs, never what it produces. The workflow passes
   it as a rule ``resource``, which reruns nothing.
@@ -15,10 +15,11 @@ stage. Each field is one of:
   input's content digest instead): a rule ``input`` or ``output``, or a param for a path that is
   neither.
 
-A field's ``get`` says how the workflow computes its value for a job, from the job's subject
-(its config variant, or the whole plan for a job across variants) and its wildcards; the Plan
-(:mod:`demo2rl.workflow.plan`) turns the result fields into the rule's params and the speed fields
-into its resources, so the two can never disagree with the spec.
+What a param or resource field reads is data, declared on the field (:class:`Reads`): the config
+keys, or the name of a value the workflow derives from them. The Plan
+(:mod:`demo2rl.workflow.plan`) computes the rule's params and resources from it, keys a
+variant's job on those params, and lists from it which jobs read each config key (what
+docs/reruns.md and the rerun tests expect a change to rerun), so the three never disagree.
 """
 
 from __future__ import annotations
@@ -29,54 +30,87 @@ from typing import Any
 
 _ROLE = "demo2rl.role"
 _SOURCE = "demo2rl.source"
-_GET = "demo2rl.get"
+_READS = "demo2rl.reads"
 _OF = "demo2rl.of"
 _KEY = "demo2rl.key"
 SOURCES = ("params", "resources", "input", "output", "wildcards", "threads")
 """Where :func:`build` takes a field from: the ``snakemake`` object's attribute of that name."""
 
-Getter = Callable[[Any, Any], Any]
-"""How the workflow computes a field for a job: ``get(subject, wildcards)``."""
 Converter = Callable[[Any, Mapping[str, Any]], Any]
 """How :func:`build` turns a raw value into the field's type: ``of(raw, all_raw_values)``."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Reads:
+    """What the workflow gives a param or resource field, as data.
+
+    :param keys: the dotted config keys it reads (a section: every key under it). Without
+        ``derive``, its value: one key's value (a section's mapping, less ``omit``), or for
+        several keys a mapping of each key's last part to its value. A key may name the jobs
+        that read it, ``task.expert[policy=expert]``: read by the jobs with that wildcard only.
+    :param omit: keys of a section left out of it (``task``'s ``timeout_s``).
+    :param per_arm: the ``rl`` section as the job's arm reads it (its ``arm`` wildcard; the arm
+        record's :meth:`~demo2rl.arms.Arm.rl_slice`), and only the keys the arm reads.
+    :param derive: the name of what the workflow derives the value from ``keys`` by: an
+        attribute of the job's variant (or of the plan, for a job across variants), called with
+        the job's wildcards where it is a method.
+    """
+
+    keys: tuple[str, ...] = ()
+    omit: tuple[str, ...] = ()
+    per_arm: bool = False
+    derive: str | None = None
+
+
 def _field(
-    role: str,
-    source: str,
-    get: Getter | None,
-    of: Converter | None,
-    key: str | None = None,
-    **kwargs: Any,
+    role: str, source: str, reads: Reads, of: Converter | None, key: str | None, **kw: Any
 ) -> Any:
     if source not in SOURCES:
         raise ValueError(f"unknown field source {source!r} (one of {', '.join(SOURCES)})")
-    metadata = {_ROLE: role, _SOURCE: source, _GET: get, _OF: of, _KEY: key}
-    return dataclasses.field(metadata=metadata, **kwargs)
+    metadata = {_ROLE: role, _SOURCE: source, _READS: reads, _OF: of, _KEY: key}
+    return dataclasses.field(metadata=metadata, **kw)
 
 
 def result(
-    get: Getter | None = None, *, source: str = "params", of: Converter | None = None, **kw: Any
+    *keys: str,
+    source: str = "params",
+    omit: tuple[str, ...] = (),
+    per_arm: bool = False,
+    derive: str | None = None,
+    of: Converter | None = None,
+    key: str | None = None,
+    **kw: Any,
 ) -> Any:
-    """A field that can change the job's result: a rule param computed by ``get`` (or a
-    wildcard, ``source="wildcards"``, named ``key`` where its name differs)."""
-    return _field("result", source, get, of, **kw)
+    """A field that can change the job's result: a rule param that reads ``keys``
+    (:class:`Reads`), or a wildcard (``source="wildcards"``, named ``key`` where its name
+    differs)."""
+    return _field("result", source, Reads(keys, omit, per_arm, derive), of, key, **kw)
 
 
 def speed(
-    get: Getter | None = None, *, source: str = "resources", of: Converter | None = None, **kw: Any
+    *keys: str,
+    source: str = "resources",
+    derive: str | None = None,
+    of: Converter | None = None,
+    **kw: Any,
 ) -> Any:
-    """A field holding a speed (or robustness) setting: not part of the result; a rule resource
-    computed by ``get`` (or the rule's ``threads``, ``source="threads"``)."""
-    return _field("speed", source, get, of, **kw)
+    """A field holding a speed (or robustness) setting, not part of the result: a rule resource
+    that reads ``keys`` (:class:`Reads`), or the rule's ``threads`` (``source="threads"``)."""
+    return _field("speed", source, Reads(keys, derive=derive), of, None, **kw)
 
 
 def path(
-    get: Getter | None = None, *, source: str = "input", of: Converter | None = None, **kw: Any
+    *,
+    source: str = "input",
+    derive: str | None = None,
+    of: Converter | None = None,
+    key: str | None = None,
+    **kw: Any,
 ) -> Any:
-    """A field holding a file or directory path: not part of the result; a rule input or output
-    of the field's name, or a param computed by ``get`` (``source="params"``)."""
-    return _field("path", source, get, of, **kw)
+    """A field holding a file or directory path, not part of the result: a rule input or output
+    of the field's name (or ``key``), or a param the workflow derives (``derive``,
+    ``source="params"``)."""
+    return _field("path", source, Reads(derive=derive), of, key, **kw)
 
 
 def role(field: dataclasses.Field) -> str:
@@ -89,21 +123,20 @@ def source(field: dataclasses.Field) -> str | None:
     return field.metadata.get(_SOURCE)
 
 
-def getter(field: dataclasses.Field) -> Getter | None:
-    """How the workflow computes the field (None: an input, output, wildcard or threads)."""
-    return field.metadata.get(_GET)
+def reads(field: dataclasses.Field) -> Reads:
+    """What the workflow gives the field (nothing for an input, output, wildcard or threads)."""
+    return field.metadata.get(_READS, Reads())
 
 
-def fields_from(spec_type: type, where: str, only: str | None = None) -> dict[str, Getter]:
+def fields_from(spec_type: type, where: str, only: str | None = None) -> list[dataclasses.Field]:
     """The fields of ``spec_type`` the workflow passes through ``where`` (``params`` or
-    ``resources``), only those of role ``only`` if given, each with its getter, by name."""
-    out = {}
+    ``resources``), only those of role ``only`` if given."""
+    out = []
     for field in dataclasses.fields(spec_type):
         if source(field) == where and only in (None, role(field)):
-            get = getter(field)
-            if get is None:
-                raise TypeError(f"{spec_type.__name__}.{field.name}: a {where} field needs a get")
-            out[field.name] = get
+            if reads(field) == Reads():
+                raise TypeError(f"{spec_type.__name__}.{field.name}: a {where} field reads nothing")
+            out.append(field)
     return out
 
 

@@ -25,11 +25,11 @@ class AggregateJob:
     STAGE: ClassVar[str] = "aggregate"
     TASK_CODE: ClassVar[bool] = False
     round: int = result(source="wildcards", of=common.integer)
-    valid_fraction: float = result(lambda v, wc: v.collect.valid_fraction)
+    valid_fraction: float = result("collect.valid_fraction")
     data: str = path()
     shards: list[str] = path()
     out: str = path(source="output")
-    codec: str = speed(lambda v, wc: v.collect.codec)
+    codec: str = speed("collect.codec")
 
     def run_name(self) -> str:
         return f"dagger-round{self.round}-aggregate"

@@ -29,12 +29,12 @@ class CollectJob:
     STAGE: ClassVar[str] = "collect"
     TASK_CODE: ClassVar[bool] = True
     shard: int = result(source="wildcards", of=common.integer)
-    task: TaskConfig = result(lambda v, wc: v.task, of=common.task)
-    collect: Mapping[str, int] = result(lambda v, wc: v.collect.pick("n_episodes", "n_shards"))
+    task: TaskConfig = common.task()
+    collect: Mapping[str, int] = result("collect.n_episodes", "collect.n_shards")
     seed: int = common.seed()
     out: str = path(source="output")
-    envs: int = speed(lambda v, wc: v.collect.n_envs)
-    codec: str = speed(lambda v, wc: v.collect.codec)
+    envs: int = speed("collect.n_envs")
+    codec: str = speed("collect.codec")
     timeout_ms: int = common.timeout_ms()
 
     def run_name(self) -> str:

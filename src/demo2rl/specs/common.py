@@ -7,13 +7,22 @@ from collections.abc import Mapping
 from typing import Any
 
 from demo2rl.config import TaskConfig
-from demo2rl.spec_fields import result, speed
+from demo2rl.spec_fields import Converter, result, speed
 
 
-def task(value: Mapping[str, Any], raw: Mapping[str, Any]) -> TaskConfig:
+def task_config(value: Mapping[str, Any], raw: Mapping[str, Any]) -> TaskConfig:
     """The job's task: its param (the config's task less ``timeout_s``) with the time limit on
     the task's code from the ``timeout_ms`` resource (robustness only, so it reruns nothing)."""
     return dataclasses.replace(TaskConfig.of(value), timeout_s=raw["timeout_ms"] / 1000)
+
+
+def typed(section: type) -> Converter:
+    """A converter of a config section's mapping to its typed record (``section.of``)."""
+
+    def convert(value: Any, raw: Mapping[str, Any]) -> Any:
+        return section.of(value)
+
+    return convert
 
 
 def integer(value: Any, raw: Mapping[str, Any]) -> int:
@@ -21,17 +30,21 @@ def integer(value: Any, raw: Mapping[str, Any]) -> int:
     return int(value)
 
 
+ENV = ("task.env_id", "task.env_kwargs", "task.frame_stack", "task.max_episode_steps")
+"""The task without its expert: what a job that only steps the env reads."""
+
+
 def seed() -> Any:
     """The workflow's base seed (every job's seeds derive from it)."""
-    return result(lambda v, wc: v.config["seed"])
+    return result("seed")
+
+
+def task() -> Any:
+    """The task, its expert included, less ``timeout_s`` (the ``timeout_ms`` resource)."""
+    return result("task", omit=("timeout_s",), of=task_config)
 
 
 def timeout_ms(**kwargs: Any) -> Any:
-    """The time limit on each call of the task's code, in milliseconds (robustness only)."""
-    return speed(lambda v, wc: v.timeout_ms, **kwargs)
-
-
-def bc_training(variant: Any) -> dict[str, Any]:
-    """The ``bc`` section a clone's training reads: all but ``dagger`` (the rounds' own settings,
-    which never rerun a clone)."""
-    return {k: v for k, v in variant.config["bc"].items() if k != "dagger"}
+    """The time limit on each call of the task's code, in milliseconds (robustness only): a
+    resource, an integer (Snakemake would round a float one to whole seconds)."""
+    return speed("task.timeout_s", derive="timeout_ms", **kwargs)

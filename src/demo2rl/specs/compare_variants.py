@@ -27,18 +27,18 @@ class CompareJob:
 
     STAGE: ClassVar[str] = "compare"
     TASK_CODE: ClassVar[bool] = False
-    overrides: Mapping[str, Mapping[str, Any]] = result(lambda plan, wc: plan.overrides())
-    progress_runs: list[list[str]] = result(
-        lambda plan, wc: [[n, run.name] for n, v in plan.variants.items() for run in v.runs]
+    overrides: Mapping[str, Mapping[str, Any]] = result(
+        "variants.grid", "variants.sample.n", derive="overrides"
     )
-    bootstrap_reps: int = result(lambda plan, wc: plan.base.evaluate.bootstrap_reps)
-    confidence: float = result(lambda plan, wc: plan.base.evaluate.confidence)
-    seed: int = result(lambda plan, wc: plan.base.config["seed"])
-    arm_looks: Mapping[str, list[str]] = result(lambda plan, wc: plan.arm_looks())
+    progress_runs: list[list[str]] = result("rl.arms", "rl.seeds", derive="progress_runs")
+    bootstrap_reps: int = result("evaluate.bootstrap_reps")
+    confidence: float = result("evaluate.confidence")
+    seed: int = result("seed")
+    arm_looks: Mapping[str, list[str]] = result("rl.arms", derive="arm_looks")
     summaries: list[str] = path()
     episodes: list[str] = path()
     progress: list[str] = path()
-    figure: str = path(lambda plan, wc: f"{plan.report}/plots/variants.png", source="params")
+    figure: str = path(derive="variants_figure", source="params")
     variants_json: str = path(source="output")
     variants_md: str = path(source="output")
 

@@ -35,15 +35,15 @@ class DaggerShardJob:
     TASK_CODE: ClassVar[bool] = True
     round: int = result(source="wildcards", of=common.integer)
     shard: int = result(source="wildcards", of=common.integer)
-    task: TaskConfig = result(lambda v, wc: v.task, of=common.task)
-    dagger: Mapping[str, int] = result(lambda v, wc: v.dagger.pick("episodes", "n_shards"))
-    beta_decay: float = result(lambda v, wc: v.dagger.beta_decay)
+    task: TaskConfig = common.task()
+    dagger: Mapping[str, int] = result("bc.dagger.episodes", "bc.dagger.n_shards")
+    beta_decay: float = result("bc.dagger.beta_decay")
     seed: int = common.seed()
     clone: str = path()
     demos: str = path()
     out: str = path(source="output")
-    envs: int = speed(lambda v, wc: v.collect.n_envs)
-    codec: str = speed(lambda v, wc: v.collect.codec)
+    envs: int = speed("collect.n_envs")
+    codec: str = speed("collect.codec")
     timeout_ms: int = common.timeout_ms()
 
     def run_name(self) -> str:

@@ -11,8 +11,8 @@ from demo2rl.spec_fields import path, result, speed
 from demo2rl.specs import common
 
 UNFINGERPRINTED_IMPORTS = {
-    "demo2rl.names": "run names and the getters' paths (where files are, not what they hold); "
-    "the stages that name files import it themselves",
+    "demo2rl.names": "run names (what a run is called, not what it computes); the stages that "
+    "name files import it themselves",
 }
 
 
@@ -37,14 +37,17 @@ class EvaluateJob:
     TASK_CODE: ClassVar[bool] = True
     name: str = result(source="wildcards", key="policy")
     task: TaskConfig = result(
-        lambda v, wc: v.task if wc.policy == names.EXPERT else v.env, of=common.task
+        *common.ENV,
+        f"task.expert[policy={names.EXPERT}]",
+        derive="evaluated_task",
+        of=common.task_config,
     )
-    episodes: int = result(lambda v, wc: v.evaluate.episodes)
+    episodes: int = result("evaluate.episodes")
     seed: int = common.seed()
     checkpoint: str | None = path(default=None)
     demos: str | None = path(default=None)
     out: str = path(source="output")
-    envs: int = speed(lambda v, wc: v.evaluate.n_envs)
+    envs: int = speed("evaluate.n_envs")
     timeout_ms: int = common.timeout_ms()
 
     def run_name(self) -> str:

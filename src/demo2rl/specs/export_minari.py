@@ -5,12 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from demo2rl import names
 from demo2rl.spec_fields import path, result
-
-UNFINGERPRINTED_IMPORTS = {
-    "demo2rl.names": "the getter's dataset id (a name, not what the dataset holds)",
-}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -25,9 +20,7 @@ class ExportJob:
 
     STAGE: ClassVar[str] = "export"
     TASK_CODE: ClassVar[bool] = False
-    dataset_id: str = result(
-        lambda v, wc: names.minari_dataset_id(v.config["experiment"], names.variant_of(wc.root))
-    )
+    dataset_id: str = result(derive="minari_dataset_id")
     demos: str = path()
     out: str = path(source="output")
 

@@ -6,7 +6,6 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from demo2rl.demos import sources
 from demo2rl.spec_fields import path, result, speed
 from demo2rl.specs import common
 
@@ -32,14 +31,14 @@ class ImportJob:
 
     STAGE: ClassVar[str] = "import"
     TASK_CODE: ClassVar[bool] = True
-    source: str = result(lambda v, wc: v.collect.source)
-    env: Mapping[str, Any] = result(lambda v, wc: v.env)
-    valid_fraction: float = result(lambda v, wc: v.collect.valid_fraction)
+    source: str = result("collect.source")
+    env: Mapping[str, Any] = result(*common.ENV)
+    valid_fraction: float = result("collect.valid_fraction")
     seed: int = common.seed()
-    data: str = path(lambda v, wc: str(sources.resolve(v.collect.source).path), source="params")
+    data: str = path(derive="import_path", source="params")
     files: list[str] = path()
     out: str = path(source="output")
-    codec: str = speed(lambda v, wc: v.collect.codec)
+    codec: str = speed("collect.codec")
 
     def run_name(self) -> str:
         return "import-demos"

@@ -22,12 +22,10 @@ class MergeJob:
 
     STAGE: ClassVar[str] = "merge"
     TASK_CODE: ClassVar[bool] = False
-    collect: Mapping[str, Any] = result(
-        lambda v, wc: v.collect.pick("n_episodes", "valid_fraction")
-    )
+    collect: Mapping[str, Any] = result("collect.n_episodes", "collect.valid_fraction")
     shards: list[str] = path()
     out: str = path(source="output")
-    codec: str = speed(lambda v, wc: v.collect.codec)
+    codec: str = speed("collect.codec")
 
     def run_name(self) -> str:
         return "merge-demos"

@@ -6,14 +6,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import ClassVar
 
-from demo2rl import names
 from demo2rl.spec_fields import path, result
 from demo2rl.specs import common
-
-UNFINGERPRINTED_IMPORTS = {
-    "demo2rl.names": "run names and the getters' paths (where files are, not what they hold); "
-    "the stages that name files import it themselves",
-}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -39,23 +33,22 @@ class SummarizeJob:
 
     STAGE: ClassVar[str] = "summarize"
     TASK_CODE: ClassVar[bool] = False
-    variant: str = result(lambda v, wc: v.name)
-    bootstrap_reps: int = result(lambda v, wc: v.evaluate.bootstrap_reps)
-    confidence: float = result(lambda v, wc: v.evaluate.confidence)
+    variant: str = result(derive="name")
+    bootstrap_reps: int = result("evaluate.bootstrap_reps")
+    confidence: float = result("evaluate.confidence")
     seed: int = common.seed()
-    curve_tracks: int = result(lambda v, wc: v.evaluate.during_training)
-    curve_runs: list[str] = result(lambda v, wc: [run.name for run in v.runs])
-    budgets: Mapping[str, int] = result(lambda v, wc: v.budgets)
-    arm_looks: Mapping[str, list[str]] = result(lambda v, wc: v.arm_looks)
+    curve_tracks: int = result("evaluate.during_training")
+    curve_runs: list[str] = result("rl.arms", "rl.seeds", derive="run_names")
+    budgets: Mapping[str, int] = result(
+        "rl.arms", "rl.total_timesteps", "rl.sac.total_timesteps", derive="budgets"
+    )
+    arm_looks: Mapping[str, list[str]] = result("rl.arms", derive="arm_looks")
     evaluations: list[str] = path()
     curves: list[str] = path()
     progress: list[str] = path()
     rounds: list[str] = path(default=())
     reference: list[str] = path(default=())
-    figures: Mapping[str, str] = path(
-        lambda v, wc: {k: f"{v.report}/{p}" for k, p in names.SUMMARY_FIGURES.items()},
-        source="params",
-    )
+    figures: Mapping[str, str] = path(derive="summary_figures", source="params")
     summary_json: str = path(source="output")
     summary_md: str = path(source="output")
     policies: str = path(source="output")

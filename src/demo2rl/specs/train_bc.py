@@ -11,8 +11,8 @@ from demo2rl.spec_fields import path, result, speed
 from demo2rl.specs import common
 
 UNFINGERPRINTED_IMPORTS = {
-    "demo2rl.names": "run names and the getters' paths (where files are, not what they hold); "
-    "the stages that name files import it themselves",
+    "demo2rl.names": "run names (what a run is called, not what it computes); the stages that "
+    "name files import it themselves",
 }
 
 
@@ -35,18 +35,16 @@ class BCJob:
 
     STAGE: ClassVar[str] = "bc"
     TASK_CODE: ClassVar[bool] = True
-    task: TaskConfig = result(lambda v, wc: v.task, of=common.task)
-    policy: PolicyConfig = result(
-        lambda v, wc: v.config["policy"], of=lambda x, raw: PolicyConfig.of(x)
-    )
-    bc: BCConfig = result(lambda v, wc: common.bc_training(v), of=lambda x, raw: BCConfig.of(x))
+    task: TaskConfig = common.task()
+    policy: PolicyConfig = result("policy", of=common.typed(PolicyConfig))
+    bc: BCConfig = result("bc", omit=("dagger",), of=common.typed(BCConfig))
     seed: int = common.seed()
-    eval_episodes: int = result(lambda v, wc: v.evaluate.during_training)
+    eval_episodes: int = result("evaluate.during_training")
     demos: str = path()
     policy_out: str = path(source="output", key="policy")
     metrics_out: str = path(source="output", key="metrics")
     threads: int = speed(source="threads")
-    eval_envs: int = speed(lambda v, wc: v.evaluate.n_envs)
+    eval_envs: int = speed("evaluate.n_envs")
     timeout_ms: int | None = common.timeout_ms(default=None)
 
     def run_name(self) -> str:

@@ -12,10 +12,9 @@ from demo2rl.specs import common
 
 UNFINGERPRINTED_IMPORTS = {
     "demo2rl.arms": "the check that an arm gets the clone it uses (it fails a job or lets it "
-    "run, and changes nothing the job computes), and a getter's, run when the workflow plans: "
-    "the rl slice it computes is the job's param, which Snakemake compares itself",
-    "demo2rl.names": "run names and the getters' paths (where files are, not what they hold); "
-    "the stages that name files import it themselves",
+    "run, and changes nothing the job computes)",
+    "demo2rl.names": "run names (what a run is called, not what it computes); the stages that "
+    "name files import it themselves",
 }
 
 
@@ -55,28 +54,20 @@ class RLJob:
     arm: str = result(source="wildcards")
     run_seed: int = result(source="wildcards", key="seed", of=common.integer)
     seed: int = common.seed()
-    task: TaskConfig = result(lambda v, wc: v.env, of=common.task)
-    policy: PolicyConfig = result(
-        lambda v, wc: v.config["policy"], of=lambda x, raw: PolicyConfig.of(x)
-    )
-    rl: RLConfig = result(
-        lambda v, wc: arms.get(wc.arm).rl_slice(v.config["rl"]),
-        of=lambda x, raw: RLConfig.of(x),
-    )
-    clip_obs: float = result(lambda v, wc: v.config["bc"]["clip_obs"])
-    eval_episodes: int = result(lambda v, wc: v.evaluate.during_training)
+    task: TaskConfig = result(*common.ENV, of=common.task_config)
+    policy: PolicyConfig = result("policy", of=common.typed(PolicyConfig))
+    rl: RLConfig = result("rl", per_arm=True, of=common.typed(RLConfig))
+    clip_obs: float = result("bc.clip_obs")
+    eval_episodes: int = result("evaluate.during_training")
     demos: str = path()
     clone: str | None = path(default=None, key="bc")
-    state_dir: str = path(
-        lambda v, wc: f"{names.RLRun(wc.arm, int(wc.seed)).dir(wc.root)}/state",
-        source="params",
-    )
+    state_dir: str = path(derive="state_dir", source="params")
     policy_out: str | None = path(default=None, source="output", key="policy")
     progress_out: str | None = path(default=None, source="output", key="progress")
     evaluations_out: str | None = path(default=None, source="output", key="evaluations")
     threads: int = speed(source="threads")
-    eval_envs: int = speed(lambda v, wc: v.evaluate.n_envs)
-    checkpoint_every: int = speed(lambda v, wc: v.config["rl"]["checkpoint_every"])
+    eval_envs: int = speed("evaluate.n_envs")
+    checkpoint_every: int = speed("rl.checkpoint_every")
     timeout_ms: int | None = common.timeout_ms(default=None)
 
     def __post_init__(self) -> None:

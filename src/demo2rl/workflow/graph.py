@@ -7,7 +7,7 @@ dataset), ``("clone",)`` (behaviour cloning), DAgger round ``r``'s ``("dagger_sh
 ``("aggregate", r)`` (its labels added to the last round's) and ``("round", r)`` (the clone
 trained on them), ``("rl", arm, seed)`` (one RL run) or ``("evaluation", policy)`` (one policy
 on the held-out episodes). :data:`KINDS` says, per kind, which rules compute it (what config
-they read is the schema's ``x-read-by``), which jobs it reads (by the rule's input names) and
+they read is their job specs'), which jobs it reads (by the rule's input names) and
 where its main output goes under a variant's results (a path of :mod:`demo2rl.names`, which the
 rule writes too). Every heavy job of these kinds takes its inputs from here, and the variants'
 sharing follows the same entries (:class:`demo2rl.workflow.plan.Plan`): a new upstream step is
@@ -34,7 +34,7 @@ class JobKind:
 
     :param name: the kind (the first element of its jobs).
     :param rules: the rules that compute one job of this kind, in order (a job's identity is
-        the config keys each reads, ``x-read-by``, and the identities of the jobs it reads).
+        the result params of each, and the identities of the jobs it reads).
     :param inputs: the jobs one job reads, by the rule's input name, given the variant's config
         and the job's arguments.
     :param wildcards: the names of the rules' wildcards its arguments are, in order.

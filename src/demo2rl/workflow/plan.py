@@ -16,7 +16,7 @@ import functools
 import json
 import re
 import types
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,69 @@ def _fingerprint(roots: tuple[str, ...]) -> str:
 TASK_CODE_PLOTS = frozenset({"plot_racing"})
 """The plotting rules (they have no job spec) whose code fingerprint covers the task's code too:
 the racing replays step the task's env."""
+
+
+SHOWS_ARMS = frozenset({"plot_summary", "plot_racing", "plot_variants"})
+"""The plotting rules (they have no job spec) that show arms: their param ``arm_looks``, each
+arm's label and colour, reads ``rl.arms``."""
+
+
+def _at(cfg: Mapping[str, Any], key: str) -> Any:
+    """The value of the dotted ``key`` in ``cfg``."""
+    for part in key.split("."):
+        cfg = cfg[part]
+    return cfg
+
+
+def readers(leaves: Iterable[str]) -> dict[str, list[tuple[str, dict[str, str]]]]:
+    """Per config key (``leaves``: the schema's leaf keys), the jobs whose params read it, as
+    (rule, wildcards) selectors (a job matches where its wildcards include them), from what the
+    job specs' fields read (:class:`demo2rl.spec_fields.Reads`): a section read whole is every
+    key under it; the ``rl`` section read per arm is each key by the arms that read it
+    (:meth:`demo2rl.arms.Arm.reads_rl`; by every job where all arms do), so that no
+    declaration names an arm. What a change of a key reruns (docs/reruns.md, the rerun tests),
+    besides the jobs downstream."""
+    leaves = list(leaves)
+    out: dict[str, list[tuple[str, dict[str, str]]]] = {key: [] for key in leaves}
+
+    def add(key: str, rule: str, want: dict[str, str]) -> None:
+        if (rule, want) not in out[key]:
+            out[key].append((rule, want))
+
+    for rule, spec in registry.SPECS.items():
+        for field in spec_fields.fields_from(spec, "params", only="result"):
+            reads = spec_fields.reads(field)
+            for entry in reads.keys:
+                name, want = _selector(entry)
+                left_out = [f"{name}.{key}" for key in reads.omit]
+                for key in leaves:
+                    if _under(key, name) and not any(_under(key, o) for o in left_out):
+                        for arm_want in _arm_selectors(key) if reads.per_arm else [{}]:
+                            add(key, rule, want | arm_want)
+    for rule in sorted(SHOWS_ARMS):
+        add("rl.arms", rule, {})
+    return out
+
+
+def _selector(entry: str) -> tuple[str, dict[str, str]]:
+    """A key a field reads, ``key`` or ``key[wildcard=value,...]`` -> (key, {wildcard: value})."""
+    match = re.fullmatch(r"([\w.]+)(?:\[(.*)\])?", entry)
+    if not match:
+        raise ValueError(f"bad key {entry!r} in a spec's reads")
+    pairs = [p.split("=", 1) for p in (match[2] or "").split(",") if p]
+    return match[1], {k.strip(): v.strip() for k, v in pairs}
+
+
+def _under(key: str, name: str) -> bool:
+    return key == name or key.startswith(f"{name}.")
+
+
+def _arm_selectors(key: str) -> list[dict[str, str]]:
+    """The jobs of a key of ``rl`` that a run reads per arm: every run's where every arm reads
+    it, else each arm's that does."""
+    section = key.split(".")[1]
+    by = [a.name for a in arms.REGISTRY.values() if a.reads_rl(section)]
+    return [{}] if len(by) == len(arms.REGISTRY) else [{"arm": a} for a in by]
 
 
 class PlanError(ValueError):
@@ -173,6 +236,27 @@ class Variant:
         self.racing = cfg["task"]["env_id"].rpartition(":")[2] == "Racing-v0"
         self.report = f"{self.root}/report"
         """Its report directory."""
+        self.run_names = [run.name for run in self.runs]
+        self.summary_figures = {k: f"{self.report}/{p}" for k, p in names.SUMMARY_FIGURES.items()}
+        self.minari_dataset_id = names.minari_dataset_id(cfg["experiment"], name)
+        """The id its dataset is exported under."""
+
+    # what the job specs derive from the config (their fields' ``derive``)
+
+    def evaluated_task(self, wildcards: Any) -> dict[str, Any]:
+        """The task an evaluation runs: the expert's with its expert, a learned policy's
+        without (its expert's settings never rerun it)."""
+        return self.task if wildcards.policy == names.EXPERT else self.env
+
+    @staticmethod
+    def state_dir(wildcards: Any) -> str:
+        """An RL run's resumable state, in its run directory."""
+        return f"{names.RLRun(wildcards.arm, int(wildcards.seed)).dir(wildcards.root)}/state"
+
+    @property
+    def import_path(self) -> str:
+        """The file or directory of the dataset ``collect.source`` names."""
+        return str(sources.resolve(self.collect.source).path)
 
     def gpus(self, section: str) -> int:
         """The standard `gpu` resource of a job that trains on ``section``'s device (``bc``,
@@ -218,9 +302,20 @@ class Plan:
         parent run records)."""
         return config.canonical({**self.base.config, "variants": self.declared})
 
+    @property
     def overrides(self) -> dict[str, dict[str, Any]]:
         """Every variant's overrides as declared, in order (the base first, with none)."""
         return {names.BASE_VARIANT: {}} | variants.declared(config.canonical(self.declared))
+
+    @property
+    def progress_runs(self) -> list[list[str]]:
+        """Every variant's RL runs, as [variant, run], in order."""
+        return [[n, run.name] for n, v in self.variants.items() for run in v.runs]
+
+    @property
+    def variants_figure(self) -> str:
+        """The figure of the comparison across variants."""
+        return f"{self.report}/plots/variants.png"
 
     def at(self, root: str) -> Variant:
         """The variant whose results directory is ``root`` (a job's ``root`` wildcard)."""
@@ -289,20 +384,47 @@ class Plan:
         }
 
     def subject(self, wildcards: Any) -> Variant | Plan:
-        """What a job's spec getters read: the variant whose results its ``root`` wildcard is,
-        or for a job across the variants (no ``root``), the plan."""
+        """What a job's spec fields derive from: the variant whose results its ``root`` wildcard
+        is, or for a job across the variants (no ``root``), the plan."""
         root = getattr(wildcards, "root", None)
         return self if root is None else self.at(root)
 
     def params(self, rule: str) -> dict[str, Any]:
         """The params of ``rule``: its spec's result fields (and params-passed paths), each as an
-        input function of the job's wildcards (a rule without a spec, a plot's, has none), and
-        ``code``, the fingerprint of the code the rule runs (editing that code reruns it)."""
+        input function of the job's wildcards; for a plot that shows arms, their ``arm_looks``
+        (:data:`SHOWS_ARMS`); and ``code``, the fingerprint of the code the rule runs (editing
+        that code reruns it)."""
         spec = registry.SPECS.get(rule)
-        fields = spec_fields.fields_from(spec, "params") if spec else {}
-        out = {name: self._per_job(get) for name, get in fields.items()}
+        fields = spec_fields.fields_from(spec, "params") if spec else []
+        out = {field.name: self._per_job(field) for field in fields}
+        if rule in SHOWS_ARMS:
+            out["arm_looks"] = lambda wc: self.subject(wc).arm_looks
         out["code"] = lambda wc: _fingerprint(self.code_roots(rule, self.subject(wc)))
         return out
+
+    def resources(self, rule: str) -> dict[str, Any]:
+        """The resources of ``rule`` that its spec's speed fields are (they rerun nothing)."""
+        fields = spec_fields.fields_from(registry.SPECS[rule], "resources")
+        return {field.name: self._per_job(field) for field in fields}
+
+    def _per_job(self, field: Any) -> Any:
+        return lambda wildcards: self.value(field, self.subject(wildcards), wildcards)
+
+    @staticmethod
+    def value(field: Any, subject: Variant | Plan, wildcards: Any) -> Any:
+        """What a job of ``subject`` with ``wildcards`` is given for a spec field, by what the
+        field reads (:class:`demo2rl.spec_fields.Reads`)."""
+        reads = spec_fields.reads(field)
+        if reads.derive:
+            derived = getattr(subject, reads.derive)
+            return derived(wildcards) if callable(derived) else derived
+        cfg = subject.config if isinstance(subject, Variant) else subject.base.config
+        if reads.per_arm:
+            return arms.get(wildcards.arm).rl_slice(cfg["rl"])
+        if len(reads.keys) > 1:
+            return {key.rpartition(".")[2]: _at(cfg, key) for key in reads.keys}
+        value = _at(cfg, reads.keys[0])
+        return {k: v for k, v in value.items() if k not in reads.omit} if reads.omit else value
 
     def result_params(
         self, variant: str, rule: str, wildcards: Mapping[str, str]
@@ -312,11 +434,8 @@ class Plan:
         it runs (:attr:`variants.Sharing` keys on them)."""
         v = self.variants[variant]
         wc = types.SimpleNamespace(root=v.root, **wildcards)
-        spec = registry.SPECS[rule]
-        fields = spec_fields.fields_from(spec, "params", only="result")
-        return {name: get(v, wc) for name, get in fields.items()} | {
-            "code": self.code_roots(rule, v)
-        }
+        fields = spec_fields.fields_from(registry.SPECS[rule], "params", only="result")
+        return {f.name: self.value(f, v, wc) for f in fields} | {"code": self.code_roots(rule, v)}
 
     @staticmethod
     def code_roots(rule: str, subject: Variant | Plan) -> tuple[str, ...]:
@@ -328,16 +447,7 @@ class Plan:
         stage = registry.stage_module(rule)
         return (stage, *subject.task_code) if task else (stage,)
 
-    def resources(self, rule: str) -> dict[str, Any]:
-        """The resources of ``rule`` that its spec's speed fields are (they rerun nothing)."""
-        return {
-            name: self._per_job(get)
-            for name, get in spec_fields.fields_from(registry.SPECS[rule], "resources").items()
-        }
-
-    def _per_job(self, get: spec_fields.Getter) -> Any:
-        return lambda wildcards: get(self.subject(wildcards), wildcards)
-
+    @property
     def arm_looks(self) -> dict[str, list[str]]:
         """Every arm's label and colour, over the variants."""
         return {arm: look for v in self.variants.values() for arm, look in v.arm_looks.items()}
