@@ -564,11 +564,32 @@ def test_reruns_doc_shows_the_matrix(matrix):
 
 
 def markdown_table(matrix: Mapping[str, Mapping[str, Case]]) -> str:
-    lines = ["| config key | reruns |", "|---|---|"]
-    lines += [f"| `{k}` | {c.planned} |" for k, c in matrix["keys"].items()]
+    """The matrix as docs/reruns.md shows it: per config key, the jobs declared to read it (the
+    specs' fields) and what Snakemake reruns; per library module, what it reruns."""
+    lines = [
+        "| config key | read by (the job specs) | reruns (Snakemake's plan) |",
+        "|---|---|---|",
+    ]
+    lines += [f"| `{k}` | {read_by(k)} | {c.planned} |" for k, c in matrix["keys"].items()]
     lines += ["", "| library module | reruns |", "|---|---|"]
     lines += [f"| `{m}` | {c.planned} |" for m, c in matrix["modules"].items()]
     return "\n".join(lines) + "\n"
+
+
+def read_by(key: str) -> str:
+    """The jobs declared to read ``key`` (a named variant's key: its base key's), by rule, with
+    the wildcard values that select them: ``train_rl (arm=rlpd, arm=sac)``; ``nothing`` for
+    none."""
+    variant_key = variant_keys(effective_config()).get(key)
+    by_rule: dict[tuple[str, str], list[str]] = {}
+    for rule, want in READERS[variant_key[1] if variant_key else key]:
+        for name, value in want.items() or [("", "")]:
+            by_rule.setdefault((rule, name), []).append(value)
+    parts = [
+        f"{rule} ({', '.join(f'{name}={v}' for v in values)})" if name else rule
+        for (rule, name), values in by_rule.items()
+    ]
+    return ", ".join(parts) or "nothing"
 
 
 def test_the_plan_is_what_a_dry_run_would_run(test_workflow: Path, tmp_path: Path):
