@@ -22,11 +22,6 @@ try:
     PLAN = Plan(config, Path(workflow.basedir) / "config" / "schema.yaml", GPUS)
 except PlanError as err:
     raise WorkflowError(f"Invalid config: {err}") from None
-# the base config as its jobs read it, with the variants as declared: what the MLflow parent run
-# records and what the report's captions read (`rl.arms` resolved: `all` as the arms that ran),
-# so it replaces Snakemake's `config` (the jobs ask PLAN, never `config`)
-config.clear()
-config.update(PLAN.config())
 # how tracking failures are treated: a dataclass, which Snakemake leaves out of its params rerun
 # trigger (it cannot change a result); tests/test_rerun_matrix.py checks that it stays so
 TRACKING = config_checks.TrackingConfig.of(config["tracking"])
@@ -56,10 +51,11 @@ wildcard_constraints:
     seed=r"\d+",
 
 
-# MLflow: the store and this invocation's parent run, once, before any job; the jobs find both
-# through the environment (demo2rl.tracking.hooks; nothing touches MLflow with tracking off)
+# MLflow: the store and this invocation's parent run, once, before any job, which records the
+# base config as its jobs read it (PLAN.config()); the jobs find both through the environment
+# (demo2rl.tracking.hooks; nothing touches MLflow with tracking off)
 onstart:
-    hooks.on_start(config["experiment"], config, TRACKING, logger)
+    hooks.on_start(config["experiment"], PLAN.config(), TRACKING, logger)
 
 
 onsuccess:

@@ -1,9 +1,8 @@
 """The workflow's plan: built once from the validated config, everything the rules ask.
 
 :class:`Plan` resolves every variant (schema defaults filled, checked, its task probed, the
-``auto`` and ``all`` values turned into what runs; rules/common.smk hands the base's to
-Snakemake's ``config`` for the MLflow hook and the report's captions, no rule reads it), and
-answers, per variant and job (:mod:`demo2rl.workflow.graph`), where the job's output lies (its
+``auto`` and ``all`` values turned into what runs: what every job reads, and what the MLflow
+parent run records; Snakemake's ``config`` stays as the user wrote it), and answers, per variant and job (:mod:`demo2rl.workflow.graph`), where the job's output lies (its
 owner's results: a job shared between variants runs once), what it reads, and what the
 invocation builds in the end. It needs no Snakemake: rules/common.smk builds one and the rules
 call into it; tests build one from a config.
