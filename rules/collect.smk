@@ -21,7 +21,7 @@ rule collect_shard:
 
 rule merge_demos:
     input:
-        shards=from_variant(PLAN.shards),
+        unpack(job_inputs(lambda wc: ("demos",))),
     output:
         out=f"{{root}}/{names.DEMOS}",
     log:

@@ -21,7 +21,11 @@ def inputs(job: graph.Job, cfg: dict = BASE) -> dict[str, graph.Job]:
 
 
 def test_each_job_reads_the_jobs_the_rules_take_as_inputs():
-    assert inputs(("demos",)) == {}
+    shards = [("shard", str(s)) for s in range(BASE["collect"]["n_shards"])]
+    assert inputs(("demos",)) == {"shards": shards}
+    assert inputs(("shard", "1")) == {}
+    imported = BASE | {"collect": BASE["collect"] | {"source": "d.h5"}}
+    assert inputs(("demos",), imported) == {}  # an imported dataset reads a file, not a job
     assert inputs(("clone",)) == {"demos": ("demos",)}
     for arm in ("bc", "residual", "kickstart"):
         assert inputs(("rl", arm, "0")) == {"demos": ("demos",), "bc": ("clone",)}
@@ -48,6 +52,7 @@ def test_each_job_reads_the_jobs_the_rules_take_as_inputs():
 
 def test_each_job_writes_under_its_variants_results():
     outputs = {
+        ("shard", "3"): "r/demos/shard-3.h5",
         ("demos",): "r/demos/demos.h5",
         ("clone",): "r/bc/policy.pt",
         ("rl", "sac", "1"): "r/rl/sac/seed-1/policy.pt",
@@ -64,7 +69,7 @@ def test_an_unknown_kind_is_named():
     try:
         graph.kind(("distill",))
     except ValueError as err:
-        known = "demos, clone, dagger_shard, aggregate, round, rl, evaluation"
+        known = "shard, demos, clone, dagger_shard, aggregate, round, rl, evaluation"
         assert f"unknown job kind 'distill' (known: {known})" in str(err)
     else:
         raise AssertionError("no error")

@@ -1,11 +1,12 @@
 """The workflow's job graph, declared once: each kind of job, the rules that compute it, the
 jobs whose outputs it reads, and where its output lies.
 
-A job is a tuple: ``("demos",)`` (the collection shards and their merge, or the import of a
-dataset), ``("clone",)`` (behaviour cloning), DAgger round ``r``'s ``("dagger_shard", r, s)``
-(shard ``s`` of its episodes, driven by the last clone and labelled by the expert),
-``("aggregate", r)`` (its labels added to the last round's) and ``("round", r)`` (the clone
-trained on them), ``("rl", arm, seed)`` (one RL run) or ``("evaluation", policy)`` (one policy
+A job is a tuple: ``("shard", s)`` (shard ``s`` of the expert's episodes), ``("demos",)``
+(the shards merged, or a dataset imported), ``("clone",)`` (behaviour cloning), DAgger round
+``r``'s ``("dagger_shard", r, s)`` (shard ``s`` of its episodes, driven by the last clone and
+labelled by the expert), ``("aggregate", r)`` (its labels added to the last round's) and
+``("round", r)`` (the clone trained on them), ``("rl", arm, seed)`` (one RL run) or
+``("evaluation", policy)`` (one policy
 on the held-out episodes). :data:`KINDS` says, per kind, which rules compute it (what config
 they read is their job specs'), which jobs it reads (by the rule's input names) and
 where its main output goes under a variant's results (a path of :mod:`demo2rl.names`, which the
@@ -21,6 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from demo2rl import arms, names
+from demo2rl.config import EXPERT_SOURCE
 
 Job = tuple[str, ...]
 """A job: its kind, then its arguments (``("rl", "bc", "0")``)."""
@@ -116,8 +118,15 @@ def _evaluation_inputs(config: Mapping[str, Any], args: tuple[str, ...]) -> Read
 
 
 def _nothing(config: Mapping[str, Any], args: tuple[str, ...]) -> Reads:
-    """Collection reads no job (its demonstrations come from the expert or a file)."""
+    """A shard of collection reads no job (its episodes come from the expert)."""
     return {}
+
+
+def _dataset_inputs(config: Mapping[str, Any], args: tuple[str, ...]) -> Reads:
+    """A collected dataset merges its shards; an imported one reads a file, not a job."""
+    if config["collect"]["source"] != EXPERT_SOURCE:
+        return {}
+    return {"shards": [("shard", str(s)) for s in range(config["collect"]["n_shards"])]}
 
 
 def _the_dataset(config: Mapping[str, Any], args: tuple[str, ...]) -> Reads:
@@ -128,10 +137,11 @@ def _the_dataset(config: Mapping[str, Any], args: tuple[str, ...]) -> Reads:
 KINDS: dict[str, JobKind] = {
     kind.name: kind
     for kind in (
+        JobKind("shard", ("collect_shard",), _nothing, wildcards=("shard",), output=names.SHARD),
         JobKind(
             "demos",
-            rules=("collect_shard", "merge_demos", "import_demos"),
-            inputs=_nothing,
+            rules=("merge_demos", "import_demos"),
+            inputs=_dataset_inputs,
             wildcards=(),
             output=names.DEMOS,
         ),

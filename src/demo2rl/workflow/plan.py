@@ -2,9 +2,10 @@
 
 :class:`Plan` resolves every variant (schema defaults filled, checked, its task probed, the
 ``auto`` and ``all`` values turned into what runs: what every job reads, and what the MLflow
-parent run records; Snakemake's ``config`` stays as the user wrote it), and answers, per variant and job (:mod:`demo2rl.workflow.graph`), where the job's output lies (its
-owner's results: a job shared between variants runs once), what it reads, and what the
-invocation builds in the end. It needs no Snakemake: rules/common.smk builds one and the rules
+parent run records; Snakemake's ``config`` stays as the user wrote it), and answers, per
+variant and job (:mod:`demo2rl.workflow.graph`), where the job's output lies (its owner's
+results: a job shared between variants runs once), what it reads, and what the invocation
+builds in the end. It needs no Snakemake: rules/common.smk builds one and the rules
 call into it; tests build one from a config.
 """
 
@@ -344,11 +345,6 @@ class Plan:
     def run_dir(self, variant: Variant, run: names.RLRun) -> str:
         """The directory of ``variant``'s RL run ``run``, where its owner writes it."""
         return run.dir(self.owner_root(variant, ("rl", run.arm, str(run.seed))))
-
-    def shards(self, variant: Variant) -> list[str]:
-        """The shards ``variant``'s dataset merges, in order (each a collect_shard job's)."""
-        n = variant.collect.n_shards
-        return [f"{variant.root}/{names.SHARD.format(shard=i)}" for i in range(n)]
 
     def dagger_dir(self, variant: Variant, round: int) -> str:
         """The directory of ``variant``'s DAgger round ``round``, where its owner writes it."""
