@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from demo2rl.spec_fields import path, result, speed
 
@@ -14,7 +13,8 @@ class MergeJob:
     """The shards merged into the dataset with its split, statistics and content hash (rule
     merge_demos).
 
-    :param collect: ``collect.n_episodes`` and ``collect.valid_fraction``.
+    :param n_episodes: ``collect.n_episodes``, the dataset's episodes.
+    :param valid_fraction: ``collect.valid_fraction``, the share of them held out for validation.
     :param shards: the shards, in order.
     :param out: the merged dataset.
     :param codec: HDF5 compression of image observations.
@@ -22,7 +22,8 @@ class MergeJob:
 
     STAGE: ClassVar[str] = "merge"
     TASK_CODE: ClassVar[bool] = False
-    collect: Mapping[str, Any] = result("collect.n_episodes", "collect.valid_fraction")
+    n_episodes: int = result("collect.n_episodes")
+    valid_fraction: float = result("collect.valid_fraction")
     shards: list[str] = path()
     out: str = path(source="output")
     codec: str = speed("collect.codec")
