@@ -3,7 +3,7 @@ rule train_bc:
         unpack(job_inputs(lambda wc: ("clone",))),
     output:
         policy=f"{{root}}/{names.CLONE}",
-        metrics="{root}/bc/metrics.json",
+        metrics=f"{{root}}/{names.CLONE_METRICS}",
     log:
         "{root}/logs/train_bc.log",
     benchmark:
@@ -26,7 +26,7 @@ rule train_bc:
 
 rule plot_bc:
     input:
-        "{root}/bc/metrics.json",
+        f"{{root}}/{names.CLONE_METRICS}",
     output:
         report(
             "{root}/bc/loss.png",

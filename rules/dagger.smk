@@ -2,8 +2,6 @@
 # the plain clone) mixed with the expert, and labelled by the expert; the aggregate (round
 # r-1's, or the dataset, and the round's shards) trains round r's clone. A round's jobs never
 # read bc.dagger.rounds: raising it adds rounds and keeps the earlier ones.
-DAGGER_DIR = f"{{root}}/{names.DAGGER_DIR}"
-"""A DAgger round's directory, with the root (a variant's results) and round wildcards."""
 
 
 rule dagger_shard:
@@ -57,7 +55,7 @@ rule train_dagger:
         unpack(job_inputs(lambda wc: ("round", wc.round))),
     output:
         policy=f"{{root}}/{names.ROUND_CLONE}",
-        metrics=f"{DAGGER_DIR}/metrics.json",
+        metrics=f"{{root}}/{names.ROUND_METRICS}",
     log:
         "{root}/logs/train_dagger/round-{round}.log",
     benchmark:

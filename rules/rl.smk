@@ -1,14 +1,10 @@
-RL_DIR = f"{{root}}/{names.RL_DIR}"
-"""An RL run's directory, with the root (a variant's results), arm and seed wildcards."""
-
-
 rule train_rl:
     input:
         unpack(job_inputs(lambda wc: ("rl", wc.arm, wc.seed))),
     output:
         policy=f"{{root}}/{names.RL_CHECKPOINT}",
-        progress=f"{RL_DIR}/progress.csv",
-        evaluations=f"{RL_DIR}/evaluations.csv",
+        progress=f"{{root}}/{names.RL_PROGRESS}",
+        evaluations=f"{{root}}/{names.RL_CURVE}",
     log:
         f"{{root}}/logs/train_rl/{names.RL_LOG}.log",
     benchmark:

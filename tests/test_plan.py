@@ -22,7 +22,7 @@ from snakemake.iocontainers import (
     Wildcards,
 )
 
-from demo2rl import arms, config, names, spec_fields
+from demo2rl import arms, config, spec_fields
 from demo2rl.specs import registry
 from demo2rl.workflow.plan import Plan, PlanError
 
@@ -163,7 +163,7 @@ def test_a_spec_built_from_a_jobs_snakemake_values_is_what_the_plan_says(plan):
     warm = plan.variants["warmup-2048"]
     wildcards = {"root": warm.root, "arm": "bc", "seed": "1"}
     params, resources = _rule_values(plan, "train_rl", wildcards)
-    run_dir = plan.run_dir(warm, names.RLRun("bc", 1))
+    run_dir = plan.output(warm, ("rl", "bc", "1")).rpartition("/")[0]
     smk = Snakemake(
         InputFiles(fromdict=plan.inputs(warm, ("rl", "bc", "1"))),
         OutputFiles(

@@ -42,6 +42,7 @@ class JobKind:
     :param wildcards: the names of the rules' wildcards its arguments are, in order.
     :param output: its main output under a variant's results: a pattern of those wildcards (a
         path of :mod:`demo2rl.names`, the one its rule's output is spelled with).
+    :param files: its other outputs that other rules read, by name, as ``output`` is.
     """
 
     name: str
@@ -49,14 +50,17 @@ class JobKind:
     inputs: Callable[[Mapping[str, Any], tuple[str, ...]], Reads]
     wildcards: tuple[str, ...]
     output: str
+    files: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def wildcards_of(self, args: tuple[str, ...]) -> dict[str, str]:
         """A job's wildcards, by name, given its arguments."""
         return dict(zip(self.wildcards, args, strict=True))
 
-    def output_of(self, root: str, args: tuple[str, ...]) -> str:
-        """A job's main output under the results directory ``root``."""
-        return f"{root}/{self.output.format(**self.wildcards_of(args))}"
+    def output_of(self, root: str, args: tuple[str, ...], file: str | None = None) -> str:
+        """A job's main output (or its output ``file``, of :attr:`files`) under the results
+        directory ``root``."""
+        pattern = self.output if file is None else self.files[file]
+        return f"{root}/{pattern.format(**self.wildcards_of(args))}"
 
 
 def final_clone(config: Mapping[str, Any]) -> Job:
@@ -145,7 +149,14 @@ KINDS: dict[str, JobKind] = {
             wildcards=(),
             output=names.DEMOS,
         ),
-        JobKind("clone", ("train_bc",), _the_dataset, wildcards=(), output=names.CLONE),
+        JobKind(
+            "clone",
+            ("train_bc",),
+            _the_dataset,
+            wildcards=(),
+            output=names.CLONE,
+            files={"metrics": names.CLONE_METRICS},
+        ),
         JobKind(
             "dagger_shard",
             ("dagger_shard",),
@@ -160,8 +171,22 @@ KINDS: dict[str, JobKind] = {
             ("round",),
             names.DAGGER_AGGREGATE,
         ),
-        JobKind("round", ("train_dagger",), _round_inputs, ("round",), names.ROUND_CLONE),
-        JobKind("rl", ("train_rl",), _rl_inputs, ("arm", "seed"), names.RL_CHECKPOINT),
+        JobKind(
+            "round",
+            ("train_dagger",),
+            _round_inputs,
+            ("round",),
+            names.ROUND_CLONE,
+            files={"metrics": names.ROUND_METRICS},
+        ),
+        JobKind(
+            "rl",
+            ("train_rl",),
+            _rl_inputs,
+            ("arm", "seed"),
+            names.RL_CHECKPOINT,
+            files={"progress": names.RL_PROGRESS, "curve": names.RL_CURVE},
+        ),
         JobKind("evaluation", ("evaluate",), _evaluation_inputs, ("policy",), names.EVALUATION),
     )
 }

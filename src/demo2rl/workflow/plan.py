@@ -326,9 +326,10 @@ class Plan:
         job (:class:`demo2rl.workflow.variants.Sharing`), so that a job is never run twice."""
         return self.variants[self.sharing.owner(variant.name, *job)].root
 
-    def output(self, variant: Variant, job: graph.Job) -> str:
-        """The main output of ``variant``'s job ``job``, where its owner writes it."""
-        return graph.kind(job).output_of(self.owner_root(variant, job), job[1:])
+    def output(self, variant: Variant, job: graph.Job, file: str | None = None) -> str:
+        """The main output of ``variant``'s job ``job`` (or its output ``file``, one of its
+        kind's :attr:`~demo2rl.workflow.graph.JobKind.files`), where its owner writes it."""
+        return graph.kind(job).output_of(self.owner_root(variant, job), job[1:], file)
 
     def inputs(self, variant: Variant, job: graph.Job) -> dict[str, str | list[str]]:
         """The outputs ``variant``'s job ``job`` reads, by the rule's input name."""
@@ -342,25 +343,17 @@ class Plan:
             for name, upstream in needed.items()
         }
 
-    def run_dir(self, variant: Variant, run: names.RLRun) -> str:
-        """The directory of ``variant``'s RL run ``run``, where its owner writes it."""
-        return run.dir(self.owner_root(variant, ("rl", run.arm, str(run.seed))))
-
-    def dagger_dir(self, variant: Variant, round: int) -> str:
-        """The directory of ``variant``'s DAgger round ``round``, where its owner writes it."""
-        return self.output(variant, ("round", str(round))).rpartition("/")[0]
-
     def summary_inputs(self, variant: Variant) -> dict[str, list[str]]:
         """What ``variant``'s summary reads: every policy's evaluation, each RL run's learning
         curve and progress table (wherever their owners wrote them), each DAgger round's clone
         metrics (its expert calls), and without an expert the dataset (its episodes are the
         reference)."""
-        dirs = [self.run_dir(variant, run) for run in variant.runs]
+        runs = [("rl", run.arm, str(run.seed)) for run in variant.runs]
         return {
             "evaluations": [self.output(variant, ("evaluation", p)) for p in variant.policies],
-            "curves": [f"{d}/evaluations.csv" for d in dirs],
-            "progress": [f"{d}/progress.csv" for d in dirs],
-            "rounds": [f"{self.dagger_dir(variant, r)}/metrics.json" for r in variant.rounds],
+            "curves": [self.output(variant, run, "curve") for run in runs],
+            "progress": [self.output(variant, run, "progress") for run in runs],
+            "rounds": [self.output(variant, ("round", str(r)), "metrics") for r in variant.rounds],
             "reference": [] if variant.expert else [self.output(variant, ("demos",))],
         }
 
@@ -372,7 +365,7 @@ class Plan:
             "summaries": [f"{r}/summary.json" for r in reports],
             "episodes": [f"{r}/episodes.csv" for r in reports],
             "progress": [
-                f"{self.run_dir(v, run)}/progress.csv"
+                self.output(v, ("rl", run.arm, str(run.seed)), "progress")
                 for v in self.variants.values()
                 for run in v.runs
             ],
