@@ -1,8 +1,9 @@
 """The names of a workflow's evaluated policies and RL runs, built and parsed here only, and the
-paths of the files the job graph reads (:data:`DEMOS`, :data:`CLONE`, :data:`ROUND_CLONE`,
-:data:`DAGGER_SHARD`, :data:`DAGGER_AGGREGATE`, :data:`RL_CHECKPOINT`, :data:`EVALUATION`: each
-spelled once, for the rules that write them and
-for :data:`demo2rl.workflow.graph.KINDS`, which hands them to the rules that read them).
+paths of the files the job graph reads (:data:`SHARD`, :data:`DEMOS`, :data:`CLONE`,
+:data:`CLONE_METRICS`, :data:`DAGGER_SHARD`, :data:`DAGGER_AGGREGATE`, :data:`ROUND_CLONE`,
+:data:`ROUND_METRICS`, :data:`RL_CHECKPOINT`, :data:`RL_PROGRESS`, :data:`RL_CURVE`,
+:data:`EVALUATION`: each spelled once, for the rules that write them and for
+:data:`demo2rl.workflow.graph.KINDS`, which hands them to the rules that read them).
 
 An RL run is an arm and a seed (:class:`RLRun`). It has one spelling per use:
 
