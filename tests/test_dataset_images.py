@@ -251,10 +251,8 @@ class Run:
 
 args = json.loads(sys.argv[1])
 if args["out"]:
-    job = MergeJob(
-        n_episodes=args["n_episodes"], valid_fraction=0.1, shards=args["shards"],
-        out=args["out"], codec="gzip",
-    )
+    collect = {"n_episodes": args["n_episodes"], "valid_fraction": 0.1}
+    job = MergeJob(collect=collect, shards=args["shards"], out=args["out"], codec="gzip")
     stage.merge_demos(job, Run())
 else:  # the baseline: the same imports, HDF5 opened once
     dataset.read_attrs(args["shards"][0])

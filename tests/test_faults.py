@@ -715,8 +715,7 @@ def test_a_full_disk_under_the_mlflow_store_degrades_tracking_as_an_outage(
         settings=settings,
     ) as run:
         job = MergeJob(
-            n_episodes=8,
-            valid_fraction=0.25,
+            collect={"n_episodes": 8, "valid_fraction": 0.25},
             shards=[str(p) for p in shards],
             out=str(out),
             codec="gzip",

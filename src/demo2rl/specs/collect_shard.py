@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import ClassVar
 
 from demo2rl.config import TaskConfig
@@ -16,8 +17,7 @@ class CollectJob:
 
     :param shard: the shard's index (its episodes are a contiguous range of indices).
     :param task: the env and its expert.
-    :param n_episodes: ``collect.n_episodes``, the dataset's episodes.
-    :param n_shards: ``collect.n_shards``, the shards they are split into.
+    :param collect: ``collect.n_episodes`` and ``collect.n_shards``.
     :param seed: the workflow's base seed (each episode's seed derives from it and its index).
     :param out: the shard's HDF5 file.
     :param envs: envs stepped as one batch (every episode's seed is fixed by its index).
@@ -30,8 +30,7 @@ class CollectJob:
     TASK_CODE: ClassVar[bool] = True
     shard: int = result(source="wildcards", of=common.integer)
     task: TaskConfig = common.task()
-    n_episodes: int = result("collect.n_episodes")
-    n_shards: int = result("collect.n_shards")
+    collect: Mapping[str, int] = result("collect.n_episodes", "collect.n_shards")
     seed: int = common.seed()
     out: str = path(source="output")
     envs: int = speed("collect.n_envs")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import ClassVar
 
 from demo2rl.config import TaskConfig
@@ -19,8 +20,7 @@ class DaggerShardJob:
     :param round: the round (1, 2, ...), the rule's ``round`` wildcard.
     :param shard: the shard's index among the round's.
     :param task: the env and its expert.
-    :param episodes: ``bc.dagger.episodes``, the round's episodes.
-    :param n_shards: ``bc.dagger.n_shards``, the shards they are split into.
+    :param dagger: ``bc.dagger.episodes`` and ``bc.dagger.n_shards``.
     :param beta_decay: ``bc.dagger.beta_decay``.
     :param seed: the workflow's base seed (the rounds' episode seeds derive from it).
     :param clone: the last round's clone (round 1: the plain clone).
@@ -36,8 +36,7 @@ class DaggerShardJob:
     round: int = result(source="wildcards", of=common.integer)
     shard: int = result(source="wildcards", of=common.integer)
     task: TaskConfig = common.task()
-    episodes: int = result("bc.dagger.episodes")
-    n_shards: int = result("bc.dagger.n_shards")
+    dagger: Mapping[str, int] = result("bc.dagger.episodes", "bc.dagger.n_shards")
     beta_decay: float = result("bc.dagger.beta_decay")
     seed: int = common.seed()
     clone: str = path()

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from demo2rl.spec_fields import path, result, speed
 
@@ -13,8 +14,7 @@ class MergeJob:
     """The shards merged into the dataset with its split, statistics and content hash (rule
     merge_demos).
 
-    :param n_episodes: ``collect.n_episodes``, the dataset's episodes.
-    :param valid_fraction: ``collect.valid_fraction``, the share of them held out for validation.
+    :param collect: ``collect.n_episodes`` and ``collect.valid_fraction``.
     :param shards: the shards, in order.
     :param out: the merged dataset.
     :param codec: HDF5 compression of image observations.
@@ -22,8 +22,7 @@ class MergeJob:
 
     STAGE: ClassVar[str] = "merge"
     TASK_CODE: ClassVar[bool] = False
-    n_episodes: int = result("collect.n_episodes")
-    valid_fraction: float = result("collect.valid_fraction")
+    collect: Mapping[str, Any] = result("collect.n_episodes", "collect.valid_fraction")
     shards: list[str] = path()
     out: str = path(source="output")
     codec: str = speed("collect.codec")

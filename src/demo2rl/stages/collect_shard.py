@@ -26,7 +26,9 @@ def collect_shard(job: CollectJob, run: Run) -> None:
         expert_entry_point=task.expert.entry_point,
         expert_kwargs=task.expert.kwargs,
         base_seed=job.seed,
-        episodes=collect.shard_episodes(job.n_episodes, job.n_shards, job.shard),
+        episodes=collect.shard_episodes(
+            job.collect["n_episodes"], job.collect["n_shards"], job.shard
+        ),
         n_envs=job.envs,
         frame_stack=task.frame_stack,
         expert_input=task.expert.input,
