@@ -8,6 +8,7 @@ import copy
 import dataclasses
 import importlib.util
 import inspect
+import re
 
 import pytest
 import yaml
@@ -206,3 +207,34 @@ def test_auto_devices_are_decided_once_by_the_gpus_the_invocation_declares(
     base = Plan(cfg, gpus=gpus).base
     assert base.config["bc"]["device"] == base.config["rl"]["device"] == device
     assert base.gpus("bc") == base.gpus("rl") == (device == "cuda")
+
+
+def test_a_field_gets_what_it_declares_it_reads(plan):
+    """One key: its value (a section less what it omits); several: each by its last part; an
+    arm's slice of rl; a derived value, called with the job's wildcards where it is a method.
+    A declaration the Plan could not read is refused where it is written, naming it."""
+
+    @dataclasses.dataclass(frozen=True)
+    class Toy:
+        one: int = spec_fields.result("evaluate.episodes")
+        section: dict = spec_fields.result("task", omit=("timeout_s", "expert"))
+        two: dict = spec_fields.result("collect.n_episodes", "collect.n_shards")
+        arm: dict = spec_fields.result("rl", per_arm=True)
+        derived: dict = spec_fields.result("task", derive="evaluated_task")
+
+    base = plan.base
+    wc = Wildcards(fromdict={"root": base.root, "arm": "bc", "seed": "0", "policy": "expert"})
+    got = {f.name: plan.value(f, base, wc) for f in dataclasses.fields(Toy)}
+    task = base.config["task"]
+    assert got["one"] == base.config["evaluate"]["episodes"]
+    assert got["section"] == {k: v for k, v in task.items() if k not in ("timeout_s", "expert")}
+    assert got["two"] == {k: base.config["collect"][k] for k in ("n_episodes", "n_shards")}
+    assert got["arm"] == arms.get("bc").rl_slice(base.config["rl"])
+    assert got["derived"]["expert"] == task["expert"]  # the expert's evaluation: with it
+    for wrong, message in [
+        ({"derive": None, "keys": ("task.expert[policy=expert]",)}, "needs a derive"),
+        ({"per_arm": True, "keys": ("rl.ppo",)}, "per_arm reads the rl section"),
+        ({"omit": ("dagger",), "keys": ("bc", "policy")}, "omit leaves keys out of one"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            spec_fields.Reads(**wrong)

@@ -61,6 +61,15 @@ class Reads:
     per_arm: bool = False
     derive: str | None = None
 
+    def __post_init__(self) -> None:
+        selected = [key for key in self.keys if "[" in key]
+        if selected and not self.derive:
+            raise ValueError(f"{selected}: a key read by some jobs only needs a derive")
+        if self.per_arm and self.keys != ("rl",):
+            raise ValueError(f"per_arm reads the rl section, not {self.keys}")
+        if self.omit and len(self.keys) != 1:
+            raise ValueError(f"omit leaves keys out of one section, not of {self.keys}")
+
 
 def _field(
     role: str, source: str, reads: Reads, of: Converter | None, key: str | None, **kw: Any
