@@ -210,9 +210,10 @@ def test_auto_devices_are_decided_once_by_the_gpus_the_invocation_declares(
 
 
 def test_a_field_gets_what_it_declares_it_reads(plan):
-    """One key: its value (a section less what it omits); several: each by its last part; an
-    arm's slice of rl; a derived value, called with the job's wildcards where it is a method.
-    A declaration the Plan could not read is refused where it is written, naming it."""
+    """One key: its value (a section less what it omits); several: each by its last part, in
+    the config's (sorted) order, a key read by some jobs only where the job's wildcards select
+    it; an arm's slice of rl; a derived value, called with the job's wildcards where it is a
+    method. A declaration the Plan could not read is refused where it is written, naming it."""
 
     @dataclasses.dataclass(frozen=True)
     class Toy:
@@ -220,7 +221,8 @@ def test_a_field_gets_what_it_declares_it_reads(plan):
         section: dict = spec_fields.result("task", omit=("timeout_s", "expert"))
         two: dict = spec_fields.result("collect.n_episodes", "collect.n_shards")
         arm: dict = spec_fields.result("rl", per_arm=True)
-        derived: dict = spec_fields.result("task", derive="evaluated_task")
+        selected: dict = spec_fields.result("task.frame_stack", "task.expert[policy=expert]")
+        derived: str = spec_fields.path(derive="state_dir", source="params")
 
     base = plan.base
     wc = Wildcards(fromdict={"root": base.root, "arm": "bc", "seed": "0", "policy": "expert"})
@@ -230,9 +232,14 @@ def test_a_field_gets_what_it_declares_it_reads(plan):
     assert got["section"] == {k: v for k, v in task.items() if k not in ("timeout_s", "expert")}
     assert got["two"] == {k: base.config["collect"][k] for k in ("n_episodes", "n_shards")}
     assert got["arm"] == arms.get("bc").rl_slice(base.config["rl"])
-    assert got["derived"]["expert"] == task["expert"]  # the expert's evaluation: with it
+    assert list(got["selected"]) == ["expert", "frame_stack"]  # (sorted, as the config's)
+    assert got["selected"]["expert"] == task["expert"]
+    bc = Wildcards(fromdict={"root": base.root, "policy": "bc"})
+    selected = dataclasses.fields(Toy)[4]
+    assert plan.value(selected, base, bc) == {"frame_stack": task["frame_stack"]}
+    assert got["derived"] == f"{base.root}/rl/bc/seed-0/state"
     for wrong, message in [
-        ({"derive": None, "keys": ("task.expert[policy=expert]",)}, "needs a derive"),
+        ({"keys": ("task.expert[policy=expert",)}, "bad config key 'task.expert[policy=expert'"),
         ({"per_arm": True, "keys": ("rl.ppo",)}, "per_arm reads the rl section"),
         ({"omit": ("dagger",), "keys": ("bc", "policy")}, "omit leaves keys out of one"),
     ]:

@@ -156,14 +156,6 @@ SCHEMA_DOC = yaml.safe_load(SCHEMA.read_text())
 KEYS = dict(schema_leaves(SCHEMA_DOC))
 
 
-def parse_selector(selector: str) -> tuple[str, dict[str, str]]:
-    """``rule[k=v,...]`` -> (rule, {k: v})."""
-    match = re.fullmatch(r"(\w+)(?:\[(.*)\])?", selector)
-    assert match, f"bad selector {selector!r}"
-    pairs = [p.split("=", 1) for p in (match[2] or "").split(",") if p]
-    return match[1], {k.strip(): v.strip() for k, v in pairs}
-
-
 def reads(rule: str, **wildcards: str) -> set[str]:
     """The config keys a job of ``rule`` with ``wildcards`` reads, as declared (the arms
     registered now)."""
@@ -257,10 +249,11 @@ def expected(
     base: set[str],
     keep: Iterable[str] = (),
 ) -> set[str]:
-    """Outputs the declaration says must be remade: the readers' jobs (but those writing to the
-    results directories ``keep``: the variants that set the key themselves), new jobs, and all
+    """Outputs the declaration says must be remade: the readers' jobs (a reader: a rule, every
+    job of it, or (rule, wildcards), the jobs it selects; but not those writing to the
+    results directories ``keep``, the variants that set the key themselves), new jobs, and all
     that lies downstream of them in ``dag`` (the changed workflow's jobs)."""
-    selectors = [parse_selector(s) if isinstance(s, str) else s for s in readers]
+    selectors = [(s, {}) if isinstance(s, str) else s for s in readers]
     keep = set(keep)
     todo = [
         out

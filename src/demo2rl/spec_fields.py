@@ -25,6 +25,7 @@ docs/reruns.md and the rerun tests expect a change to rerun), so the three never
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -46,8 +47,9 @@ class Reads:
 
     :param keys: the dotted config keys it reads (a section: every key under it). Without
         ``derive``, its value: one key's value (a section's mapping, less ``omit``), or for
-        several keys a mapping of each key's last part to its value. A key may name the jobs
-        that read it, ``task.expert[policy=expert]``: read by the jobs with that wildcard only.
+        several keys a mapping of each key's last part to its value, in that order's sorted
+        order (as the config holds them). A key may name the jobs that read it,
+        ``task.expert[policy=expert]``: read by, and given to, the jobs with that wildcard only.
     :param omit: keys of a section left out of it (``task``'s ``timeout_s``).
     :param per_arm: the ``rl`` section as the job's arm reads it (its ``arm`` wildcard; the arm
         record's :meth:`~demo2rl.arms.Arm.rl_slice`), and only the keys the arm reads.
@@ -62,13 +64,22 @@ class Reads:
     derive: str | None = None
 
     def __post_init__(self) -> None:
-        selected = [key for key in self.keys if "[" in key]
-        if selected and not self.derive:
-            raise ValueError(f"{selected}: a key read by some jobs only needs a derive")
+        self.selected()  # (a key that does not parse is refused here, named)
         if self.per_arm and self.keys != ("rl",):
             raise ValueError(f"per_arm reads the rl section, not {self.keys}")
         if self.omit and len(self.keys) != 1:
             raise ValueError(f"omit leaves keys out of one section, not of {self.keys}")
+
+    def selected(self) -> list[tuple[str, dict[str, str]]]:
+        """Each key, with the wildcard values of the jobs that read it ({}: every job)."""
+        out = []
+        for entry in self.keys:
+            match = re.fullmatch(r"([\w.]+)(?:\[(.*)\])?", entry)
+            if not match:
+                raise ValueError(f"bad config key {entry!r} in a spec's reads")
+            pairs = [p.split("=", 1) for p in (match[2] or "").split(",") if p]
+            out.append((match[1], {k.strip(): v.strip() for k, v in pairs}))
+        return out
 
 
 def _field(

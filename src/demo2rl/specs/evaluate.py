@@ -37,10 +37,7 @@ class EvaluateJob:
     TASK_CODE: ClassVar[bool] = True
     name: str = result(source="wildcards", key="policy")
     task: TaskConfig = result(
-        *common.ENV,
-        f"task.expert[policy={names.EXPERT}]",
-        derive="evaluated_task",
-        of=common.task_config,
+        *common.ENV, f"task.expert[policy={names.EXPERT}]", of=common.task_config
     )
     episodes: int = result("evaluate.episodes")
     seed: int = common.seed()

@@ -69,8 +69,7 @@ def readers(leaves: Iterable[str]) -> dict[str, list[tuple[str, dict[str, str]]]
     for rule, spec in registry.SPECS.items():
         for field in spec_fields.fields_from(spec, "params", only="result"):
             reads = spec_fields.reads(field)
-            for entry in reads.keys:
-                name, want = _selector(entry)
+            for name, want in reads.selected():
                 left_out = [f"{name}.{key}" for key in reads.omit]
                 for key in leaves:
                     if _under(key, name) and not any(_under(key, o) for o in left_out):
@@ -81,13 +80,8 @@ def readers(leaves: Iterable[str]) -> dict[str, list[tuple[str, dict[str, str]]]
     return out
 
 
-def _selector(entry: str) -> tuple[str, dict[str, str]]:
-    """A key a field reads, ``key`` or ``key[wildcard=value,...]`` -> (key, {wildcard: value})."""
-    match = re.fullmatch(r"([\w.]+)(?:\[(.*)\])?", entry)
-    if not match:
-        raise ValueError(f"bad key {entry!r} in a spec's reads")
-    pairs = [p.split("=", 1) for p in (match[2] or "").split(",") if p]
-    return match[1], {k.strip(): v.strip() for k, v in pairs}
+def _last_part(key: str) -> str:
+    return key.rpartition(".")[2]
 
 
 def _under(key: str, name: str) -> bool:
@@ -217,13 +211,6 @@ class Variant:
         self.arm_looks = {arm.name: [arm.label, arm.color] for arm in map(arms.get, self.arms)}
         """How tables and figures show each arm: a param of the rules that show them (code
         fingerprints leave labels and colours out, so that editing one retrains nothing)."""
-        self.task = {k: v for k, v in cfg["task"].items() if k != "timeout_s"}
-        """The task as a job's param: all but `timeout_s`, which changes no result (the time
-        limit on the task's code: the `timeout_ms` resource, demo2rl.specs.common.task)."""
-        self.env = {
-            k: self.task[k] for k in ("env_id", "env_kwargs", "frame_stack", "max_episode_steps")
-        }
-        """The task without its expert: what stages that only step the env read."""
         self.timeout_ms = max(1, round(1000 * cfg["task"]["timeout_s"]))
         """`task.timeout_s` in integer milliseconds, the resource the rules take (Snakemake
         would round a float resource to whole seconds)."""
@@ -242,11 +229,6 @@ class Variant:
         """The id its dataset is exported under."""
 
     # what the job specs derive from the config (their fields' ``derive``)
-
-    def evaluated_task(self, wildcards: Any) -> dict[str, Any]:
-        """The task an evaluation runs: the expert's with its expert, a learned policy's
-        without (its expert's settings never rerun it)."""
-        return self.task if wildcards.policy == names.EXPERT else self.env
 
     @staticmethod
     def state_dir(wildcards: Any) -> str:
@@ -409,9 +391,16 @@ class Plan:
         cfg = subject.config if isinstance(subject, Variant) else subject.base.config
         if reads.per_arm:
             return arms.get(wildcards.arm).rl_slice(cfg["rl"])
-        if len(reads.keys) > 1:
-            return {key.rpartition(".")[2]: _at(cfg, key) for key in reads.keys}
-        value = _at(cfg, reads.keys[0])
+        keys = [
+            key
+            for key, want in reads.selected()
+            if all(getattr(wildcards, k, None) == v for k, v in want.items())
+        ]
+        if len(reads.keys) > 1:  # (in the config's order: its keys sorted)
+            return {_last_part(k): _at(cfg, k) for k in sorted(keys, key=_last_part)}
+        if not keys:  # (one key, which this job's wildcards do not select)
+            return None
+        value = _at(cfg, keys[0])
         return {k: v for k, v in value.items() if k not in reads.omit} if reads.omit else value
 
     def result_params(

@@ -234,7 +234,6 @@ class Sharing:
     ) -> None:
         self.configs = dict(configs)
         self.params = params
-        self._owners: dict[tuple[str, ...], str] = {}
 
     @functools.cache  # noqa: B019  (one Sharing per workflow: it lives as long as the cache)
     def _identity(self, variant: str, job: graph.Job) -> str:
@@ -254,14 +253,13 @@ class Sharing:
         ]
         return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
+    @functools.cache  # noqa: B019  (as _identity: one Sharing per workflow)
     def owner(self, variant: str, *job: str) -> str:
         """The variant whose job ``job`` of ``variant`` is: ``("demos",)``, ``("clone",)``,
         ``("rl", arm, seed)``, ... (:mod:`demo2rl.workflow.graph`)."""
-        if (variant, *job) not in self._owners:
-            identity = self._identity(variant, job)
-            self._owners[(variant, *job)] = next(
-                name
-                for name in self.configs
-                if name == variant or self._identity(name, job) == identity
-            )
-        return self._owners[(variant, *job)]
+        identity = self._identity(variant, job)
+        return next(
+            name
+            for name in self.configs
+            if name == variant or self._identity(name, job) == identity
+        )
