@@ -573,9 +573,9 @@ def read_by(key: str) -> str:
     """The jobs declared to read ``key`` (a named variant's key: its base key's), by rule, with
     the wildcard values that select them: ``train_rl (arm=rlpd, arm=sac)``; ``nothing`` for
     none."""
-    variant_key = variant_keys(effective_config()).get(key)
+    base_key = key if key in READERS else key.split(".", 2)[2]  # variants.<name>.<key>
     by_rule: dict[tuple[str, str], list[str]] = {}
-    for rule, want in READERS[variant_key[1] if variant_key else key]:
+    for rule, want in READERS[base_key]:
         for name, value in want.items() or [("", "")]:
             by_rule.setdefault((rule, name), []).append(value)
     parts = [
