@@ -168,10 +168,12 @@ def test_the_export_imported_again_is_the_same_dataset(imported, store, tmp_path
 
 
 def plan_error(workdir: Path, config: Path, env: dict[str, str] | None = None) -> str:
-    """The error of a dry run of ``config`` that must fail before any job."""
-    proc = snakemake(workdir, "-n", "--configfile", str(config), env=env, check=False)
+    """The error of a run of ``config`` that must fail before any job: a real run (not a dry
+    one, which would write nothing either way), which leaves no results."""
+    proc = snakemake(workdir, "--cores", "1", "--configfile", str(config), env=env, check=False)
     said = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "Invalid config" in said, said[-2000:]
+    assert not (workdir / "results").exists(), "a job ran"
     return said
 
 
@@ -199,7 +201,6 @@ def test_a_dataset_of_other_spaces_is_refused_before_any_job(tmp_path, store):
     )
     assert "collect.source" in said and "observation_space shape (7,) vs (39,)" in said, said
     assert "dataset: {'type': 'Box', 'shape': [7]" in said and "'shape': [39]" in said, said
-    assert not (tmp_path / "results").exists()
 
 
 def test_what_needs_an_expert_is_refused_without_one(tmp_path, store):

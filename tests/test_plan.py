@@ -97,13 +97,17 @@ def test_a_variant_the_workflow_cannot_run_is_named(variants, message):
         Plan(copy.deepcopy(TEST) | {"variants": variants})
 
 
-def test_the_plan_reads_the_schema_it_is_given(tmp_path):
+def test_the_plan_checks_variants_against_the_schema_it_is_given(tmp_path):
+    """A variant is validated by the schema the Plan is given: with a copy where rl.n_envs has
+    a maximum of 100, a variant of 128 envs that the repository's schema accepts is refused."""
     schema = yaml.safe_load((REPO / "config" / "schema.yaml").read_text())
-    path = tmp_path / "schema.yaml"
-    path.write_text(yaml.safe_dump(schema))
-    assert (
-        Plan(copy.deepcopy(TEST), path).final_targets() == Plan(copy.deepcopy(TEST)).final_targets()
-    )
+    schema["properties"]["rl"]["properties"]["n_envs"]["maximum"] = 100
+    capped = tmp_path / "schema.yaml"
+    capped.write_text(yaml.safe_dump(schema))
+    many_envs = {"variants": {"v": {"rl": {"n_envs": 128}}}}
+    assert "v" in Plan(copy.deepcopy(TEST) | many_envs).variants
+    with pytest.raises(PlanError, match="(?s)variant 'v': .*greater than the maximum of 100"):
+        Plan(copy.deepcopy(TEST) | many_envs, capped)
 
 
 def _rule_values(plan, rule, wildcards):
