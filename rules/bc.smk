@@ -19,7 +19,6 @@ rule train_bc:
         gpu=from_variant(lambda v: v.gpus("bc")),
     params:
         **PLAN.params("train_bc"),
-        tracking=TRACKING,
     script:
         "../scripts/run_stage.py"
 
@@ -43,6 +42,5 @@ rule plot_bc:
         runtime=5,
     params:
         **PLAN.params("plot_bc"),
-        tracking=TRACKING,
     script:
         "../scripts/plot_bc.py"

@@ -14,7 +14,6 @@ rule collect_shard:
         runtime=30,
     params:
         **PLAN.params("collect_shard"),
-        tracking=TRACKING,
     script:
         "../scripts/run_stage.py"
 
@@ -39,7 +38,6 @@ rule merge_demos:
         runtime=15,
     params:
         **PLAN.params("merge_demos"),
-        tracking=TRACKING,
     script:
         "../scripts/run_stage.py"
 
@@ -64,7 +62,6 @@ rule import_demos:
         runtime=30,
     params:
         **PLAN.params("import_demos"),
-        tracking=TRACKING,
     script:
         "../scripts/run_stage.py"
 
@@ -79,7 +76,7 @@ rule export:
 
 rule export_minari:
     input:
-        demos=f"{{root}}/{names.DEMOS}",
+        demos=from_variant(lambda v: PLAN.output(v, ("demos",))),
     output:
         out=directory(f"{{root}}/{names.MINARI_DIR}"),
     log:
@@ -92,6 +89,5 @@ rule export_minari:
         runtime=30,
     params:
         **PLAN.params("export_minari"),
-        tracking=TRACKING,
     script:
         "../scripts/run_stage.py"

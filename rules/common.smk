@@ -11,7 +11,7 @@ from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
-from demo2rl import config as config_checks, names
+from demo2rl import names
 from demo2rl.tracking import hooks
 from demo2rl.workflow.plan import Plan, PlanError
 
@@ -22,9 +22,6 @@ try:
     PLAN = Plan(config, Path(workflow.basedir) / "config" / "schema.yaml", GPUS)
 except PlanError as err:
     raise WorkflowError(f"Invalid config: {err}") from None
-# how tracking failures are treated: a dataclass, which Snakemake leaves out of its params rerun
-# trigger (it cannot change a result); tests/test_rerun_matrix.py checks that it stays so
-TRACKING = config_checks.TrackingConfig.of(config["tracking"])
 
 
 def from_variant(get):
@@ -55,12 +52,12 @@ wildcard_constraints:
 # base config as its jobs read it (PLAN.config()); the jobs find both through the environment
 # (demo2rl.tracking.hooks; nothing touches MLflow with tracking off)
 onstart:
-    hooks.on_start(config["experiment"], PLAN.config(), TRACKING, logger)
+    hooks.on_start(config["experiment"], PLAN.config(), PLAN.tracking, logger)
 
 
 onsuccess:
-    hooks.on_end(True, TRACKING)
+    hooks.on_end(True, PLAN.tracking)
 
 
 onerror:
-    hooks.on_end(False, TRACKING)
+    hooks.on_end(False, PLAN.tracking)

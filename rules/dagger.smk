@@ -22,7 +22,6 @@ rule dagger_shard:
         runtime=30,
     params:
         **PLAN.params("dagger_shard"),
-        tracking=TRACKING,
     script:
         "../scripts/run_stage.py"
 
@@ -45,7 +44,6 @@ rule aggregate_dagger:
         runtime=15,
     params:
         **PLAN.params("aggregate_dagger"),
-        tracking=TRACKING,
     script:
         "../scripts/run_stage.py"
 
@@ -70,6 +68,5 @@ rule train_dagger:
         gpu=from_variant(lambda v: v.gpus("bc")),
     params:
         **PLAN.params("train_dagger"),
-        tracking=TRACKING,
     script:
         "../scripts/run_stage.py"

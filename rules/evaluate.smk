@@ -22,6 +22,5 @@ rule evaluate:
         runtime=30,
     params:
         **PLAN.params("evaluate"),
-        tracking=TRACKING,
     script:
         "../scripts/run_stage.py"

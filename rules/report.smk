@@ -43,7 +43,6 @@ rule summarize:
         runtime=15,
     params:
         **PLAN.params("summarize"),
-        tracking=TRACKING,
     script:
         "../scripts/run_stage.py"
 
@@ -74,7 +73,6 @@ rule plot_summary:
         runtime=5,
     params:
         **PLAN.params("plot_summary"),
-        tracking=TRACKING,
     script:
         "../scripts/plot_summary.py"
 
@@ -105,7 +103,6 @@ rule plot_racing:
         runtime=10,
     params:
         **PLAN.params("plot_racing"),
-        tracking=TRACKING,
     script:
         "../scripts/plot_racing.py"
 
@@ -129,7 +126,6 @@ rule compare_variants:
         runtime=15,
     params:
         **PLAN.params("compare_variants"),
-        tracking=TRACKING,
     script:
         "../scripts/run_stage.py"
 
@@ -154,6 +150,5 @@ rule plot_variants:
         runtime=5,
     params:
         **PLAN.params("plot_variants"),
-        tracking=TRACKING,
     script:
         "../scripts/plot_variants.py"

@@ -20,6 +20,5 @@ rule train_rl:
         gpu=from_variant(lambda v: v.gpus("rl")),
     params:
         **PLAN.params("train_rl"),
-        tracking=TRACKING,
     script:
         "../scripts/run_stage.py"

@@ -278,6 +278,10 @@ class Plan:
         """Every arm some variant runs."""
         self.report = f"{self.results}/report"
         """The comparison across variants (with more than one)."""
+        self.tracking = config.TrackingConfig.of(cfg["tracking"])
+        """How the jobs and the MLflow hooks treat tracking (every rule's param ``tracking``: a
+        dataclass, which Snakemake leaves out of its params rerun trigger; it cannot change a
+        result)."""
 
     def config(self) -> dict[str, Any]:
         """The base config as its jobs read it, with the variants as declared (what the MLflow
@@ -362,15 +366,15 @@ class Plan:
     def params(self, rule: str) -> dict[str, Any]:
         """The params of ``rule``: its spec's result fields (and params-passed paths), each as an
         input function of the job's wildcards; for a plot that shows arms, their ``arm_looks``
-        (:data:`SHOWS_ARMS`); and ``code``, the fingerprint of the code the rule runs (editing
-        that code reruns it)."""
+        (:data:`SHOWS_ARMS`); ``code``, the fingerprint of the code the rule runs (editing that
+        code reruns it); and :attr:`tracking`."""
         spec = registry.SPECS.get(rule)
         fields = spec_fields.fields_from(spec, "params") if spec else []
         out = {field.name: self._per_job(field) for field in fields}
         if rule in SHOWS_ARMS:
             out["arm_looks"] = lambda wc: self.subject(wc).arm_looks
         out["code"] = lambda wc: _fingerprint(self.code_roots(rule, self.subject(wc)))
-        return out
+        return out | {"tracking": self.tracking}
 
     def resources(self, rule: str) -> dict[str, Any]:
         """The resources of ``rule`` that its spec's speed fields are (they rerun nothing)."""
