@@ -6,9 +6,13 @@ What a change should rerun, as a reader can see it:
 * config keys: the keys the job specs' fields declare they read, per leaf key of
   config/schema.yaml (:func:`demo2rl.workflow.plan.readers`: rules whose params hold it;
   ``train_rl`` on a key of ``rl``: the runs of the arms that read it);
-* library modules: the modules themselves, their imports and their declarations about their
-  fingerprint (:data:`demo2rl.provenance.DECLARATIONS`), from which :data:`MODULES` derives the
-  rules whose code fingerprint covers each module.
+* library modules: the modules whose code each rule runs, from the modules it starts in (the
+  Plan's ``code_roots``) through the imports their bytecode executes and their declarations
+  about their fingerprint (:data:`demo2rl.provenance.DECLARATIONS`), found by
+  tests/import_oracle.py, not by provenance's own walk; from them :data:`MODULES` derives the
+  rules whose code runs each module, and so whose fingerprint must cover it
+  (tests/test_fingerprint_coverage.py checks :func:`demo2rl.provenance.code_modules` against
+  the same, without Snakemake).
 
 From that the test derives the expected jobs: the readers' jobs (a selector ``rule[wildcard=value]``
 names only those jobs), the jobs that did not exist before the change (a new seed, a new
@@ -18,13 +22,14 @@ same decision a dry run prints; one case checks that they agree). Every key of t
 every module of the library has a case, so ones added later are covered automatically: a key
 that no spec declares read is expected to rerun nothing.
 
-A module's case is planned by Snakemake for one module of each set of rules whose code
-fingerprints cover it (a statement appended to that module in a copy of the library): that plan
-shows how an edit's changed fingerprints rerun their rules and what lies downstream. The other
-modules of the same set share that plan, since an edit changes a rule's fingerprint exactly when
-the module is among the modules the fingerprint hashes (:func:`fingerprint_coverage`, the
-rules' own call of :func:`demo2rl.provenance.code_modules`): about 20 plans instead of one per
-module, each a Snakemake start of 1-2 CPU-seconds.
+A module's case is planned by Snakemake for one module of each set of rules whose code runs it
+(a statement appended to that module in a copy of the library): that plan shows how an edit's
+changed fingerprints rerun their rules and what lies downstream. The other modules of the same
+set share that plan, since an edit changes a rule's fingerprint exactly when the module is among
+the modules the fingerprint hashes, and those are the modules the rule's code runs
+(:func:`demo2rl.provenance.code_modules` against :func:`fingerprint_coverage`'s
+tests/import_oracle.py, rule by rule: tests/test_fingerprint_coverage.py): about 20 plans
+instead of one per module, each a Snakemake start of 1-2 CPU-seconds.
 
 The matrix it finds is also the table in docs/reruns.md (between the ``rerun-matrix`` markers); a
 difference fails the test with the diff. The test never writes the repository's files: ``make
@@ -44,6 +49,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import import_oracle
 import pytest
 import warm_snakemake
 import yaml
@@ -51,7 +57,7 @@ from conftest import REPO, TEST_CONFIG, checked, run_call, snakemake, snakemake_
 from snakemake.utils import validate
 from warm_snakemake import Call, warm_pool
 
-from demo2rl import names, provenance
+from demo2rl import names
 from demo2rl.config import load as load_config
 from demo2rl.workflow import plan as plan_module
 from demo2rl.workflow import variants
@@ -139,17 +145,19 @@ def library_modules() -> list[str]:
 
 
 def fingerprint_coverage(config: Mapping[str, Any]) -> dict[str, list[str]]:
-    """Library module -> the rules whose code fingerprint covers it, for ``config``'s task: the
-    modules each rule's fingerprint hashes (the Plan's ``code_roots``, what ``code`` hashes)."""
+    """Library module -> the rules whose code runs it, for ``config``'s task: from the modules
+    each rule starts in (the Plan's ``code_roots``, what its ``code`` param hashes), the modules
+    their bytecode imports (tests/import_oracle.py, not provenance's own walk: the case of a
+    module that the fingerprint misses expects reruns that Snakemake's plan lacks)."""
     plan = Plan(config)
-    hashed = {rule: provenance.code_modules(*plan.code_roots(rule, plan.base)) for rule in RULES}
-    return {m: [r for r in RULES if m in hashed[r]] for m in library_modules()}
+    run = {rule: import_oracle.modules_run(*plan.code_roots(rule, plan.base)) for rule in RULES}
+    return {m: [r for r in RULES if m in run[r]] for m in library_modules()}
 
 
 MODULES = fingerprint_coverage(load_config(TEST_CONFIG))
-"""Library module -> the rules whose code fingerprint covers it, with the test config's task
-(every module of the library; ``[]`` for one that no rule's fingerprint covers, such as the
-tracking modules, which declare themselves ``RESULT_NEUTRAL``)."""
+"""Library module -> the rules whose code runs it (so whose code fingerprint must cover it), with
+the test config's task (every module of the library; ``[]`` for one that no rule's fingerprint
+is to cover, such as the tracking modules, which declare themselves ``RESULT_NEUTRAL``)."""
 
 
 SCHEMA_DOC = yaml.safe_load(SCHEMA.read_text())
