@@ -59,6 +59,7 @@ from warm_snakemake import Call, warm_pool
 
 from demo2rl import names
 from demo2rl.config import load as load_config
+from demo2rl.specs import registry
 from demo2rl.workflow import plan as plan_module
 from demo2rl.workflow import variants
 from demo2rl.workflow.plan import Plan
@@ -72,23 +73,9 @@ DOC = REPO / "docs" / "reruns.md"
 DOC_OUT = os.environ.get("DEMO2RL_RERUN_DOC_OUT")
 """Where the test writes docs/reruns.md with the matrix it found, when set (``make reruns-doc``)."""
 
-RULES = (
-    "collect_shard",
-    "merge_demos",
-    "import_demos",
-    "train_bc",
-    "plot_bc",
-    "dagger_shard",
-    "aggregate_dagger",
-    "train_dagger",
-    "train_rl",
-    "evaluate",
-    "summarize",
-    "plot_summary",
-    "plot_racing",
-    "compare_variants",
-    "plot_variants",
-)
+RULES = tuple(rule for rule in registry.RULES if rule != "export_minari")
+"""The rules of a finished run (every rule that runs a stage but the export, which only its own
+target builds)."""
 SPECIAL_VALUES: dict[str, Any] = {
     "experiment": "test-racing-renamed",
     "task.env_id": "demo2rl.envs:Racing-v0",  # the same env, registered by importing the module

@@ -34,16 +34,6 @@ def _fingerprint(roots: tuple[str, ...]) -> str:
     return provenance.code_fingerprint(*roots)
 
 
-TASK_CODE_PLOTS = frozenset({"plot_racing"})
-"""The plotting rules (they have no job spec) whose code fingerprint covers the task's code too:
-the racing replays step the task's env."""
-
-
-SHOWS_ARMS = frozenset({"plot_summary", "plot_racing", "plot_variants"})
-"""The plotting rules (they have no job spec) that show arms: their param ``arm_looks``, each
-arm's label and colour, reads ``rl.arms``."""
-
-
 def _at(cfg: Mapping[str, Any], key: str) -> Any:
     """The value of the dotted ``key`` in ``cfg``."""
     for part in key.split("."):
@@ -75,7 +65,7 @@ def readers(leaves: Iterable[str]) -> dict[str, list[tuple[str, dict[str, str]]]
                     if _under(key, name) and not any(_under(key, o) for o in left_out):
                         for arm_want in _arm_selectors(key) if reads.per_arm else [{}]:
                             add(key, rule, want | arm_want)
-    for rule in sorted(SHOWS_ARMS):
+    for rule in sorted(r for r, plot in registry.PLOTS.items() if plot.shows_arms):
         add("rl.arms", rule, {})
     return out
 
@@ -366,12 +356,12 @@ class Plan:
     def params(self, rule: str) -> dict[str, Any]:
         """The params of ``rule``: its spec's result fields (and params-passed paths), each as an
         input function of the job's wildcards; for a plot that shows arms, their ``arm_looks``
-        (:data:`SHOWS_ARMS`); ``code``, the fingerprint of the code the rule runs (editing that
-        code reruns it); and :attr:`tracking`."""
+        (:attr:`~demo2rl.specs.registry.Plot.shows_arms`); ``code``, the fingerprint of the code
+        the rule runs (editing that code reruns it); and :attr:`tracking`."""
         spec = registry.SPECS.get(rule)
         fields = spec_fields.fields_from(spec, "params") if spec else []
         out = {field.name: self._per_job(field) for field in fields}
-        if rule in SHOWS_ARMS:
+        if rule in registry.PLOTS and registry.PLOTS[rule].shows_arms:
             out["arm_looks"] = lambda wc: self.subject(wc).arm_looks
         out["code"] = lambda wc: _fingerprint(self.code_roots(rule, self.subject(wc)))
         return out | {"tracking": self.tracking}
@@ -421,12 +411,10 @@ class Plan:
     @staticmethod
     def code_roots(rule: str, subject: Variant | Plan) -> tuple[str, ...]:
         """The modules whose code ``rule`` runs, for a job of ``subject``: its stage, and for a
-        rule that runs the task (its spec's ``TASK_CODE``, or :data:`TASK_CODE_PLOTS`) the
-        modules of the variant's env and expert; the fingerprint follows their imports."""
-        spec = registry.SPECS.get(rule)
-        task = spec.TASK_CODE if spec else rule in TASK_CODE_PLOTS
+        rule that runs the task (:func:`~demo2rl.specs.registry.runs_task_code`) the modules
+        of the variant's env and expert; the fingerprint follows their imports."""
         stage = registry.stage_module(rule)
-        return (stage, *subject.task_code) if task else (stage,)
+        return (stage, *subject.task_code) if registry.runs_task_code(rule) else (stage,)
 
     @property
     def arm_looks(self) -> dict[str, list[str]]:
