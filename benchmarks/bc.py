@@ -33,7 +33,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from demo2rl import provenance
-from demo2rl.config import BCConfig, PolicyConfig
+from demo2rl.config import BCConfig, PolicyConfig, TaskConfig
 from demo2rl.config import load as load_config
 from demo2rl.demos import collect, dataset
 from demo2rl.io import write_json
@@ -265,15 +265,15 @@ def build_dataset(path: Path, n_episodes: int) -> Path:
             if f.attrs.get("n_episodes") == n_episodes:
                 return path
     print(f"collecting {n_episodes} {ENV_ID} expert episodes into {path} ...")
-    shard = collect.collect_shard(
-        env_id=ENV_ID,
-        env_kwargs={},
-        expert_entry_point=EXPERT,
-        expert_kwargs={},
-        base_seed=0,
-        episodes=range(n_episodes),
-        n_envs=32,
+    task = TaskConfig.of(
+        {
+            "env_id": ENV_ID,
+            "env_kwargs": {},
+            "frame_stack": 1,
+            "expert": {"entry_point": EXPERT, "kwargs": {}, "input": "observation"},
+        }
     )
+    shard = collect.collect_shard(task=task, base_seed=0, episodes=range(n_episodes), n_envs=32)
     merged = dataset.merge([shard], ["bench"], n_episodes=n_episodes, valid_fraction=0.1)
     dataset.write(path, merged)
     return path

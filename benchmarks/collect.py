@@ -25,10 +25,20 @@ from _common import machine, report
 from gymnasium.vector import AutoresetMode
 
 from demo2rl import seeds, tasks
+from demo2rl.config import TaskConfig
 from demo2rl.demos import collect, dataset
 
 ENV_ID = "Racing-v0"
 EXPERT = "demo2rl.experts.racing:pure_pursuit"
+TASK = TaskConfig.of(
+    {
+        "env_id": ENV_ID,
+        "env_kwargs": {},
+        "frame_stack": 1,
+        "expert": {"entry_point": EXPERT, "kwargs": {}, "input": "observation"},
+    }
+)
+"""The racing task and its expert, without an episode cap (the env's own) or a time limit."""
 
 
 def limit(n_episodes: int, n_envs: int) -> float:
@@ -48,15 +58,7 @@ def limit(n_episodes: int, n_envs: int) -> float:
 
 def _collect(episodes: range, n_envs: int) -> dataset.Demos:
     """Our collection path, as the collect_shard rule runs it."""
-    return collect.collect_shard(
-        env_id=ENV_ID,
-        env_kwargs={},
-        expert_entry_point=EXPERT,
-        expert_kwargs={},
-        base_seed=0,
-        episodes=episodes,
-        n_envs=n_envs,
-    )
+    return collect.collect_shard(task=TASK, base_seed=0, episodes=episodes, n_envs=n_envs)
 
 
 def ours(n_episodes: int, n_envs: int, out: Path) -> float:

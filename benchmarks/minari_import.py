@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 from _common import machine, report
 
+from demo2rl.config import TaskConfig
 from demo2rl.demos import collect, dataset, minari_io
 
 ENV_ID = "Racing-v0"
@@ -98,16 +99,15 @@ print(json.dumps({"seconds": seconds, "steps": steps, "start_rss": start_rss,
 def build(tmp: Path, n_episodes: int, env_kwargs: dict[str, Any], expert_input: str) -> Path:
     """The collected dataset, merged (``tmp/demos.h5``), exported into the store ``tmp/minari``."""
     start = time.perf_counter()
-    shard = collect.collect_shard(
-        env_id=ENV_ID,
-        env_kwargs=env_kwargs,
-        expert_entry_point=EXPERT,
-        expert_kwargs={},
-        base_seed=0,
-        episodes=range(n_episodes),
-        n_envs=16,
-        expert_input=expert_input,
+    task = TaskConfig.of(
+        {
+            "env_id": ENV_ID,
+            "env_kwargs": env_kwargs,
+            "frame_stack": 1,
+            "expert": {"entry_point": EXPERT, "kwargs": {}, "input": expert_input},
+        }
     )
+    shard = collect.collect_shard(task=task, base_seed=0, episodes=range(n_episodes), n_envs=16)
     dataset.write(tmp / "shard.h5", shard)
     del shard
     dataset.merge_files(

@@ -43,6 +43,7 @@ repeat, < 1 min) is a smoke check whose ratios mean little. Usage::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -71,6 +72,8 @@ from demo2rl.rl import recipe
 
 CONFIG = load_config(Path(__file__).resolve().parents[1] / "config" / "pixels.yaml")
 TASK = TaskConfig.of(CONFIG["task"])
+COLLECT_TASK = dataclasses.replace(TASK, max_episode_steps=None, timeout_s=None)
+"""The task as this benchmark collects it: no episode cap but the env's own, no time limit."""
 POLICY_CFG = PolicyConfig.of(CONFIG["policy"])
 LOSS = {k: CONFIG["bc"][k] for k in ("ent_coef", "l2_coef")}
 SEED = 0
@@ -190,15 +193,10 @@ def data_figures(workdir: Path, args: argparse.Namespace) -> dict[str, Any]:
     shards, shard_frames = [], []
     for shard in range(args.shards):
         demos = collect.collect_shard(
-            env_id=TASK.env_id,
-            env_kwargs=TASK.env_kwargs,
-            expert_entry_point=TASK.expert.entry_point,
-            expert_kwargs=TASK.expert.kwargs,
+            task=COLLECT_TASK,
             base_seed=SEED,
             episodes=collect.shard_episodes(n_episodes, args.shards, shard),
             n_envs=args.collect_envs,
-            frame_stack=TASK.frame_stack,
-            expert_input=TASK.expert.input,
         )
         path = workdir / f"shard{shard}.h5"
         dataset.write(path, demos, codec=dataset.DEFAULT_CODEC)

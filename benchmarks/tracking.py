@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import inspect
 import logging
 import os
@@ -334,15 +335,13 @@ def build_dataset(path: Path, config: dict[str, Any], n_episodes: int) -> Path:
     if path.is_file() and dataset.read(path).n_episodes == n_episodes:
         return path
     print(f"collecting {n_episodes} demonstration episodes into {path} ...")
-    task, collect_cfg = config["task"], CollectConfig.of(config["collect"])
+    collect_cfg = CollectConfig.of(config["collect"])
+    # (no episode cap but the env's own, no time limit: as this benchmark always collected)
+    task = dataclasses.replace(
+        TaskConfig.of(config["task"]), max_episode_steps=None, timeout_s=None
+    )
     shard = collect.collect_shard(
-        env_id=task["env_id"],
-        env_kwargs=task["env_kwargs"],
-        expert_entry_point=task["expert"]["entry_point"],
-        expert_kwargs=task["expert"]["kwargs"],
-        base_seed=config["seed"],
-        episodes=range(n_episodes),
-        n_envs=collect_cfg.n_envs,
+        task=task, base_seed=config["seed"], episodes=range(n_episodes), n_envs=collect_cfg.n_envs
     )
     merged = dataset.merge(
         [shard], ["bench"], n_episodes=n_episodes, valid_fraction=collect_cfg.valid_fraction

@@ -31,10 +31,7 @@ FAST = configs.bc(device="cpu", batch_size=64, max_epochs=3)
 def racing_demos() -> dataset.Demos:
     """40 expert episodes of 200 steps (8000 rows), merged with a 10% validation split."""
     shard = collect.collect_shard(
-        env_id=ENV_ID,
-        env_kwargs=ENV_KWARGS,
-        expert_entry_point=EXPERT,
-        expert_kwargs={},
+        task=configs.task(ENV_ID, ENV_KWARGS, entry_point=EXPERT),
         base_seed=0,
         episodes=range(40),
         n_envs=20,
@@ -64,9 +61,10 @@ def test_bc_reaches_80_percent_of_the_expert_on_held_out_tracks(racing_file, tmp
     assert result.history[-1]["train_nll"] < result.history[0]["train_nll"]
     eval_seeds = [seeds.eval_seed(0, i) for i in range(20)]
     actor = acting.make_actor(result.policy, result.normalizer, result.action_space)
-    _, clone, _ = rollout.run_episodes(ENV_ID, ENV_KWARGS, actor, eval_seeds, n_envs=20)
+    task = configs.task(ENV_ID, ENV_KWARGS)
+    _, clone, _ = rollout.run_episodes(task, actor, eval_seeds, n_envs=20)
     expert = tasks.load_expert(EXPERT)
-    _, ref, _ = rollout.run_episodes(ENV_ID, ENV_KWARGS, expert, eval_seeds, n_envs=20)
+    _, ref, _ = rollout.run_episodes(task, expert, eval_seeds, n_envs=20)
     ratio = clone["return"].mean() / ref["return"].mean()
     assert ratio >= 0.8, f"BC return {clone['return'].mean():.2f} is {ratio:.0%} of the expert's"
     plots.loss_curves(result.history, tmp_path / "loss.png")

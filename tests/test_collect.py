@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import configs
 import numpy as np
 import pytest
 
@@ -13,11 +14,12 @@ from demo2rl.demos import collect, dataset, rollout
 
 sys.path.insert(0, str(Path(__file__).parent))  # user_tasks, a user's own task module
 
-RACING = {"env_id": "Racing-v0", "env_kwargs": {"max_steps": 60}}
-EXPERT = {
-    "expert_entry_point": "demo2rl.experts.racing:pure_pursuit",
-    "expert_kwargs": {"margin": 0.65},
-}
+RACING = configs.task(
+    "Racing-v0",
+    {"max_steps": 60},
+    entry_point="demo2rl.experts.racing:pure_pursuit",
+    kwargs={"margin": 0.65},
+)
 
 
 def collect_merged(n_episodes: int, n_shards: int, n_envs: int, tmp: Path) -> dataset.Demos:
@@ -25,8 +27,7 @@ def collect_merged(n_episodes: int, n_shards: int, n_envs: int, tmp: Path) -> da
     paths = []
     for k in range(n_shards):
         shard = collect.collect_shard(
-            **RACING,
-            **EXPERT,
+            task=RACING,
             base_seed=3,
             episodes=collect.shard_episodes(n_episodes, n_shards, k),
             n_envs=n_envs,
@@ -75,8 +76,7 @@ def test_episode_table_matches_steps(tmp_path):
 
 def test_generic_gymnasium_task_through_config_alone():
     steps, episodes, _ = rollout.run_episodes(
-        "MountainCarContinuous-v0",
-        {},
+        configs.task("MountainCarContinuous-v0"),
         tasks.load_expert("demo2rl.experts.classic:mountain_car"),
         [seeds.demo_seed(0, e) for e in range(6)],
         n_envs=4,
@@ -90,8 +90,7 @@ def test_generic_gymnasium_task_through_config_alone():
 def test_a_user_task_returning_nan_is_named():
     with pytest.raises(rollout.RolloutError, match=r"user_tasks:NanObs-v0 returned a non-finite"):
         rollout.run_episodes(
-            "user_tasks:NanObs-v0",
-            {},
+            configs.task("user_tasks:NanObs-v0"),
             tasks.load_expert("user_tasks:zero_expert"),
             [1, 2],
             n_envs=2,
@@ -101,8 +100,7 @@ def test_a_user_task_returning_nan_is_named():
 def test_an_expert_returning_the_wrong_shape_is_named():
     with pytest.raises(tasks.TaskError, match=r"expert returned actions of shape \(2, 3\)"):
         rollout.run_episodes(
-            "user_tasks:NanObs-v0",
-            {},
+            configs.task("user_tasks:NanObs-v0"),
             tasks.load_expert("user_tasks:wrong_shape_expert"),
             [1, 2],
             n_envs=2,
@@ -121,3 +119,21 @@ def test_an_expert_returning_the_wrong_shape_is_named():
 def test_bad_expert_entry_points(entry_point, message):
     with pytest.raises(tasks.TaskError, match=message):
         tasks.load_expert(entry_point)
+
+
+def test_a_task_without_an_expert_is_refused():
+    with pytest.raises(ValueError, match="needs the task's expert"):
+        collect.collect_shard(
+            task=configs.task("CartPole-v1"), base_seed=0, episodes=range(2), n_envs=2
+        )
+
+
+def test_the_recorded_env_spec_is_the_same_text_in_every_process():
+    """A frame stack's spec is not JSON (its merge function is a kwarg): its repr is recorded,
+    without the addresses of objects, which differ from one process to the next."""
+    env = tasks.make_env("Racing-v0", {}, frame_stack=2)
+    try:
+        text = collect.spec_json(env)
+    finally:
+        env.close()
+    assert "_merge_stack" in text and " at 0x" not in text, text[-300:]

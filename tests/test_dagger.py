@@ -6,6 +6,7 @@ pushes left (its episodes end within a dozen steps), so who drove a step shows i
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -36,7 +37,7 @@ def push_left(obs: np.ndarray) -> np.ndarray:
 def taught(policy, episode_seeds, beta: float, n_envs: int = 3):
     """``policy`` as the learner of the expert, one episode per seed."""
     teacher = rollout.Teacher(expert, beta=beta)
-    return rollout.run_episodes(ENV_ID, {}, policy, episode_seeds, n_envs=n_envs, teacher=teacher)
+    return rollout.run_episodes(TASK, policy, episode_seeds, n_envs=n_envs, teacher=teacher)
 
 
 def replay(seed: int, labels: np.ndarray, beta: float) -> np.ndarray:
@@ -67,9 +68,7 @@ def episode_rows(episodes, e: int) -> slice:
 def test_with_beta_1_the_teacher_drives_and_the_episodes_are_the_experts():
     episode_seeds = [seeds.dagger_seed(0, 1, e) for e in range(4)]
     steps, episodes, info = taught(push_left, episode_seeds, beta=1.0)
-    ref_steps, ref_episodes, ref_info = rollout.run_episodes(
-        ENV_ID, {}, expert, episode_seeds, n_envs=2
-    )
+    ref_steps, ref_episodes, ref_info = rollout.run_episodes(TASK, expert, episode_seeds, n_envs=2)
     for key in dataset.STEP_KEYS:
         np.testing.assert_array_equal(steps[key], ref_steps[key], err_msg=key)
     for key in ref_episodes:
@@ -150,12 +149,10 @@ def test_a_hung_learner_is_named_as_the_learner():
         deadline.UserCodeTimeout, match=r"^the learner probe_tasks:hanging_expert did not return"
     ):
         rollout.run_episodes(
-            ENV_ID,
-            {},
+            dataclasses.replace(TASK, timeout_s=0.5),
             learner,
             [1, 2],
             n_envs=2,
-            timeout_s=0.5,
             teacher=rollout.Teacher(expert, beta=0.0),
         )
 
@@ -231,15 +228,7 @@ def relabel(clone: Path, episodes: range, n_envs: int = 2, **options) -> dataset
 
 def demonstrations(n: int) -> dataset.Demos:
     """``n`` of the expert's demonstrations of the test task, under the rounds' base seed."""
-    return collect.collect_shard(
-        env_id=ENV_ID,
-        env_kwargs={},
-        expert_entry_point=EXPERT,
-        expert_kwargs={},
-        base_seed=5,
-        episodes=range(n),
-        n_envs=2,
-    )
+    return collect.collect_shard(task=TASK, base_seed=5, episodes=range(n), n_envs=2)
 
 
 def test_a_round_shard_merges_after_the_demonstrations(tmp_path):

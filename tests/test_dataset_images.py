@@ -242,7 +242,7 @@ MEMORY_STEPS = 1000  # frames a shard: 12.3 MB raw, three times a copy block
 CHILD = """
 import json, sys
 from demo2rl.demos import dataset
-from demo2rl.specs.merge_demos import MergeJob
+from demo2rl.specs.merge_demos import MergeJob, Split
 from demo2rl.stages import merge_demos as stage
 
 class Run:
@@ -251,7 +251,7 @@ class Run:
 
 args = json.loads(sys.argv[1])
 if args["out"]:
-    collect = {"n_episodes": args["n_episodes"], "valid_fraction": 0.1}
+    collect = Split(n_episodes=args["n_episodes"], valid_fraction=0.1)
     job = MergeJob(collect=collect, shards=args["shards"], out=args["out"], codec="gzip")
     stage.merge_demos(job, Run())
 else:  # the baseline: the same imports, HDF5 opened once

@@ -685,7 +685,7 @@ def test_a_full_disk_under_the_mlflow_store_degrades_tracking_as_an_outage(
 
     from demo2rl import tracking
     from demo2rl.config import TrackingConfig
-    from demo2rl.specs.merge_demos import MergeJob
+    from demo2rl.specs.merge_demos import MergeJob, Split
     from demo2rl.stages.merge_demos import merge_demos
     from demo2rl.tracking import outbox
 
@@ -715,7 +715,7 @@ def test_a_full_disk_under_the_mlflow_store_degrades_tracking_as_an_outage(
         settings=settings,
     ) as run:
         job = MergeJob(
-            collect={"n_episodes": 8, "valid_fraction": 0.25},
+            collect=Split(n_episodes=8, valid_fraction=0.25),
             shards=[str(p) for p in shards],
             out=str(out),
             codec="gzip",

@@ -8,11 +8,13 @@ arm, and import in memory bounded as the merge of collected frames is."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 from pathlib import Path
 from typing import Any
 
+import configs
 import h5py
 import minari
 import numpy as np
@@ -46,14 +48,11 @@ def racing_episodes(
     controller"."""
     expert = tasks.load_expert("demo2rl.experts.racing:pure_pursuit", {"margin": 0.65})
     seeds = [1000 + e for e in range(n)]
+    task_cfg = dataclasses.replace(
+        configs.task(task["env_id"], task["env_kwargs"]), frame_stack=frame_stack
+    )
     steps, table, _ = rollout.run_episodes(
-        task["env_id"],
-        task["env_kwargs"],
-        expert,
-        seeds,
-        n_envs=4,
-        frame_stack=frame_stack,
-        policy_input=expert_input,
+        task_cfg, expert, seeds, n_envs=4, policy_input=expert_input
     )
     obs_space, act_space = tasks.spaces(task["env_id"], task["env_kwargs"], frame_stack)
     episodes = []
@@ -394,6 +393,7 @@ import json, sys
 from pathlib import Path
 import minari
 from demo2rl import tasks
+from demo2rl.config import TaskConfig
 from demo2rl.specs.import_demos import ImportJob
 from demo2rl.stages import import_demos as stage
 
@@ -404,8 +404,8 @@ class Run:
 args = json.loads(sys.argv[1])
 if args["out"]:
     job = ImportJob(
-        source=args["data"], env=args["env"], valid_fraction=0.25, seed=0, data=args["data"],
-        files=[], out=args["out"], codec="gzip",
+        source=args["data"], env=TaskConfig.of(args["env"]), valid_fraction=0.25, seed=0,
+        data=args["data"], files=[], out=args["out"], codec="gzip",
     )
     stage.import_demos(job, Run())
 else:  # the baseline: the same imports, the task's spaces, Minari's dataset opened

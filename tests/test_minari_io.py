@@ -12,16 +12,18 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import configs
 import gymnasium as gym
 import h5py
 import minari
 import numpy as np
 import pytest
 from minari.data_collector import EpisodeBuffer
-from test_collect import EXPERT, RACING
+from test_collect import RACING
 from test_dataset import make_demos
 from test_dataset_images import make_image_demos
 
+from demo2rl import config
 from demo2rl.demos import collect, dataset, minari_io
 
 OBS = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
@@ -541,12 +543,13 @@ def test_an_export_whose_record_disagrees_is_refused_naming_it(tmp_path, monkeyp
 # export and the round trip
 
 
-def collected(tmp_path: Path, env: dict[str, Any], expert: dict[str, Any]) -> Path:
-    """A demo2rl dataset made by demo2rl's own collection: 6 episodes in 2 shards, merged."""
+def collected(tmp_path: Path, task: config.TaskConfig) -> Path:
+    """A demo2rl dataset made by demo2rl's own collection of ``task`` (with its expert): 6
+    episodes in 2 shards, merged."""
     paths = []
     for k in range(2):
         shard = collect.collect_shard(
-            **env, **expert, base_seed=3, episodes=collect.shard_episodes(6, 2, k), n_envs=3
+            task=task, base_seed=3, episodes=collect.shard_episodes(6, 2, k), n_envs=3
         )
         paths.append(tmp_path / f"shard-{k}.h5")
         dataset.write(paths[-1], shard)
@@ -554,16 +557,15 @@ def collected(tmp_path: Path, env: dict[str, Any], expert: dict[str, Any]) -> Pa
     return tmp_path / "demos.h5"
 
 
-CART_POLE = (
-    {"env_id": "CartPole-v1", "env_kwargs": {"max_episode_steps": 40}},
-    {"expert_entry_point": "demo2rl.experts.classic:cart_pole", "expert_kwargs": {}},
+CART_POLE = configs.task(
+    "CartPole-v1", {"max_episode_steps": 40}, entry_point="demo2rl.experts.classic:cart_pole"
 )
 
 
 @pytest.mark.parametrize("task", ["racing", "cart_pole"])
 def test_an_export_imports_to_the_same_content_hash(tmp_path, monkeypatch, task):
-    env, expert = (RACING, EXPERT) if task == "racing" else CART_POLE
-    demos_path = collected(tmp_path, env, expert)
+    env = RACING if task == "racing" else CART_POLE
+    demos_path = collected(tmp_path, env)
     original = dataset.read(demos_path, verify=True)
     monkeypatch.setenv("MINARI_DATASETS_PATH", "/elsewhere")
     path = minari_io.export_minari(demos_path, tmp_path / "minari", "demo2rl/test-v0")
@@ -574,7 +576,7 @@ def test_an_export_imports_to_the_same_content_hash(tmp_path, monkeypatch, task)
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
     exported = minari.load_dataset("demo2rl/test-v0")
     assert exported.total_episodes == 6 and exported.total_steps == original.n_steps
-    assert exported.env_spec.id == env["env_id"]
+    assert exported.env_spec.id == env.env_id
     seeds = [m["seed"] for m in exported.storage.get_episode_metadata(range(6))]
     assert seeds == original.episodes["seed"].tolist()
     if task == "racing":
@@ -582,8 +584,8 @@ def test_an_export_imports_to_the_same_content_hash(tmp_path, monkeypatch, task)
     digest = minari_io.import_minari(
         "minari:demo2rl/test-v0",
         tmp_path / "back.h5",
-        env_id=env["env_id"],
-        env_kwargs=env["env_kwargs"],
+        env_id=env.env_id,
+        env_kwargs=env.env_kwargs,
         base_seed=123,  # an export keeps its own
         valid_fraction=0.2,
         expected_observation_space=dataset.space_from_description(
@@ -593,14 +595,14 @@ def test_an_export_imports_to_the_same_content_hash(tmp_path, monkeypatch, task)
     assert digest == original.attrs["content_hash"] == dataset.verify(tmp_path / "back.h5")
     info = minari_io.describe(path)
     assert info.from_demo2rl and (info.env_id, info.env_kwargs) == (
-        env["env_id"],
-        env["env_kwargs"],
+        env.env_id,
+        env.env_kwargs,
     )
     with pytest.raises(dataset.DatasetError, match=r"exported with env_kwargs .* the task's are"):
         minari_io.import_minari(
             path,
             tmp_path / "other.h5",
-            env_id=env["env_id"],
+            env_id=env.env_id,
             env_kwargs={"other": 1},
             base_seed=3,
             valid_fraction=0.2,

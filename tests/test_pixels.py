@@ -39,7 +39,8 @@ def pixels(tmp_path_factory) -> tuple[Path, Path]:
         EXPERT,
         12,
         policy_cfg=POLICY_CFG,
-        collect_kwargs={"frame_stack": 2, "expert_input": "info.state"},
+        frame_stack=2,
+        expert_input="info.state",
         batch_size=64,
         max_epochs=3,
         patience=3,
@@ -131,8 +132,11 @@ def test_a_privileged_expert_reads_the_state_while_the_data_holds_frames():
     task: same actions and returns, while the recorded observations are the camera's frames."""
     seeds = [3, 4, 5]
     expert = tasks.load_expert(EXPERT)
-    pixels_run = rollout.run_episodes(*TASK, expert, seeds, n_envs=2, policy_input="info.state")
-    state_run = rollout.run_episodes("Racing-v0", {"max_steps": 40}, expert, seeds, n_envs=3)
+    pixels_run = rollout.run_episodes(
+        configs.task(*TASK), expert, seeds, n_envs=2, policy_input="info.state"
+    )
+    state_task = configs.task("Racing-v0", {"max_steps": 40})
+    state_run = rollout.run_episodes(state_task, expert, seeds, n_envs=3)
     np.testing.assert_array_equal(pixels_run[0]["actions"], state_run[0]["actions"])
     np.testing.assert_array_equal(pixels_run[1]["return"], state_run[1]["return"])
     assert pixels_run[0]["observations"].shape[1:] == (16, 16, 1)
@@ -142,7 +146,7 @@ def test_a_privileged_expert_reads_the_state_while_the_data_holds_frames():
 def test_an_info_key_the_env_does_not_report_stops_the_rollout_naming_it():
     expert = tasks.load_expert(EXPERT)
     with pytest.raises(rollout.RolloutError) as caught:
-        rollout.run_episodes(*TASK, expert, [3], n_envs=1, policy_input="info.speeds")
+        rollout.run_episodes(configs.task(*TASK), expert, [3], n_envs=1, policy_input="info.speeds")
     message = str(caught.value)
     assert "'Racing-v0' reports no info['speeds'] at reset" in message
     assert "its info has: " in message and "state" in message and "_state" not in message

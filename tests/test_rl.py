@@ -73,21 +73,19 @@ def dataset_and_clone(
     n_episodes: int,
     *,
     policy_cfg: config.PolicyConfig = POLICY_CFG,
-    collect_kwargs: dict | None = None,
+    frame_stack: int = 1,
+    expert_input: str = "observation",
     **bc_cfg,
 ) -> tuple[Path, Path]:
     """A real dataset of ``n_episodes`` expert episodes (a quarter or less held out) and a BC
     checkpoint trained on it, recording the dataset's hash as the workflow's does;
-    ``collect_kwargs`` go to the collection (e.g. frame stacking, the expert's input)."""
+    the collection stacks ``frame_stack`` observations, the expert reading ``expert_input``."""
+    task = configs.task(env_id, env_kwargs, entry_point=expert, input=expert_input)
     shard = collect.collect_shard(
-        env_id=env_id,
-        env_kwargs=env_kwargs,
-        expert_entry_point=expert,
-        expert_kwargs={},
+        task=dataclasses.replace(task, frame_stack=frame_stack),
         base_seed=0,
         episodes=range(n_episodes),
         n_envs=16,
-        **(collect_kwargs or {}),
     )
     valid = 0.125 if n_episodes >= 32 else 0.25
     demos = dataset.merge([shard], ["shard0"], n_episodes=n_episodes, valid_fraction=valid)

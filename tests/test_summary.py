@@ -451,13 +451,10 @@ def test_lap_times_average_completed_laps_only():
 def test_step_means_are_means_over_each_episode_and_batch_independent():
     expert = tasks.load_expert("demo2rl.experts.racing:pure_pursuit", {"margin": 1.4})
     eval_seeds = evaluation.heldout_seeds(0, 5)
-    _, episodes, info = rollout.run_episodes(
-        "Racing-v0", RACING_KW, expert, eval_seeds, n_envs=2, step_means=True
-    )
-    _, _, info_batched = rollout.run_episodes(
-        "Racing-v0", RACING_KW, expert, eval_seeds, n_envs=5, step_means=True
-    )
-    _, _, plain = rollout.run_episodes("Racing-v0", RACING_KW, expert, eval_seeds, n_envs=2)
+    task = configs.task("Racing-v0", RACING_KW)
+    _, episodes, info = rollout.run_episodes(task, expert, eval_seeds, n_envs=2, step_means=True)
+    _, _, info_batched = rollout.run_episodes(task, expert, eval_seeds, n_envs=5, step_means=True)
+    _, _, plain = rollout.run_episodes(task, expert, eval_seeds, n_envs=2)
     assert set(plain) == {k for k in info if not k.endswith(".mean")}  # old callers unchanged
     for key in info:
         np.testing.assert_array_equal(info[key], info_batched[key])

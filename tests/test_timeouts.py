@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+import configs
 import numpy as np
 import pytest
 import yaml
@@ -39,11 +40,13 @@ ZERO = tasks.load_expert("user_tasks:zero_expert")
 EPISODE_SEEDS = [101, 102, 103]
 
 
-def run(env_kwargs: dict, policy=ZERO, **options):
-    """Three episodes of the hanging task, two at a time, under the limit."""
-    return rollout.run_episodes(
-        HANGING, env_kwargs, policy, EPISODE_SEEDS, n_envs=2, timeout_s=LIMIT, **options
+def run(env_kwargs: dict, policy=ZERO, max_episode_steps: int | None = None):
+    """Three episodes of the hanging task, two at a time, under the limit (and episodes cut at
+    ``max_episode_steps``)."""
+    task = dataclasses.replace(
+        configs.task(HANGING, env_kwargs), max_episode_steps=max_episode_steps, timeout_s=LIMIT
     )
+    return rollout.run_episodes(task, policy, EPISODE_SEEDS, n_envs=2)
 
 
 # --------------------------------------------------------------------------------------------

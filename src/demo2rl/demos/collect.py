@@ -7,14 +7,18 @@ episodes, so the merged dataset does not depend on the number of shards or on th
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from demo2rl import provenance, seeds, tasks
 from demo2rl.demos import dataset, rollout
+
+if TYPE_CHECKING:
+    from demo2rl.config import TaskConfig
 
 log = logging.getLogger(__name__)
 
@@ -30,41 +34,44 @@ def shard_episodes(n_episodes: int, n_shards: int, shard: int) -> range:
 
 def collect_shard(
     *,
-    env_id: str,
-    env_kwargs: Mapping[str, Any],
-    expert_entry_point: str,
-    expert_kwargs: Mapping[str, Any],
+    task: TaskConfig,
     base_seed: int,
     episodes: range,
     n_envs: int,
-    frame_stack: int = 1,
-    expert_input: str = rollout.OBSERVATION,
-    max_episode_steps: int | None = None,
-    timeout_s: float | None = None,
     progress_every_s: float = 10.0,
 ) -> dataset.Demos:
-    """Collect the demonstration episodes ``episodes`` (global indices) as a shard dataset:
-    the observations ``frame_stack`` stacked, the expert reading ``expert_input`` (the
-    observations, or privileged ``info.<key>``), each episode cut at ``max_episode_steps``
-    unless the task ends it sooner, and each env or expert call limited to ``timeout_s``
-    (:func:`demo2rl.demos.rollout.run_episodes`)."""
-    expert = tasks.load_expert(expert_entry_point, expert_kwargs)
+    """Collect the demonstration episodes ``episodes`` (global indices) of ``task``'s expert as a
+    shard dataset (:func:`demo2rl.demos.rollout.run_episodes`).
+
+    :param task: the env (``env_id``, ``env_kwargs``) and its expert (``task.expert``: the
+        callable ``entry_point`` with its ``kwargs``, reading ``input``: the observations, or
+        privileged ``info.<key>``); the observations are ``task.frame_stack`` stacked, each
+        episode cut at ``task.max_episode_steps`` unless the env sets a limit of its own, and
+        each env or expert call limited to ``task.timeout_s``. A task without an expert is a
+        ValueError.
+    :param base_seed: the experiment's base seed: episode ``e`` gets
+        :func:`demo2rl.seeds.demo_seed` ``(base_seed, e)``.
+    :param episodes: the shard's episodes, a range of global indices (:func:`shard_episodes`).
+    :param n_envs: envs stepped as one batch (speed only).
+    :param progress_every_s: how often the progress is logged.
+    """
+    expert_cfg = task.expert
+    if expert_cfg is None:
+        raise ValueError(f"collecting demonstrations of {task.env_id!r} needs the task's expert")
+    env_id, env_kwargs, frame_stack = task.env_id, task.env_kwargs, task.frame_stack
+    expert = tasks.load_expert(expert_cfg.entry_point, expert_cfg.kwargs)
     episode_seeds = [seeds.demo_seed(base_seed, e) for e in episodes]
     start = time.perf_counter()
     progress = progress_log(start, progress_every_s)
 
     steps, table, info = rollout.run_episodes(
-        env_id,
-        env_kwargs,
+        task,
         expert,
         episode_seeds,
         n_envs=n_envs,
         on_progress=progress,
         episode_ids=episodes,  # errors name episodes by their global index
-        frame_stack=frame_stack,
-        policy_input=expert_input,
-        max_episode_steps=max_episode_steps,
-        timeout_s=timeout_s,
+        policy_input=expert_cfg.input,
     )
     table["index"] = np.asarray(episodes, dtype=np.int64)
     probe = tasks.make_env(env_id, env_kwargs, frame_stack=frame_stack)
@@ -74,7 +81,7 @@ def collect_shard(
         env_spec=spec_json(probe),
         observation_space=probe.observation_space,
         action_space=probe.action_space,
-        expert=expert_record(expert_entry_point, expert_kwargs, expert_input),
+        expert=expert_record(expert_cfg.entry_point, expert_cfg.kwargs, expert_cfg.input),
         base_seed=base_seed,
         first_episode=episodes.start,
         n_episodes=len(episodes),
@@ -128,7 +135,10 @@ def dataset_metrics(demos: dataset.Demos) -> dict[str, float]:
 
 
 def spec_json(env: Any) -> str:
+    """The env's gymnasium spec as text (JSON; its repr where kwargs are not JSON-serialisable,
+    as a frame stack's merge function, without the objects' addresses, which differ from one
+    process to the next)."""
     try:
         return env.spec.to_json()
-    except (AttributeError, ValueError, TypeError):  # kwargs that are not JSON-serialisable
-        return repr(env.spec)
+    except (AttributeError, ValueError, TypeError):
+        return re.sub(r" at 0x[0-9a-fA-F]+", "", repr(env.spec))

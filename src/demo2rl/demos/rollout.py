@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from demo2rl import deadline, tasks
 from demo2rl.demos import dataset
+
+if TYPE_CHECKING:
+    from demo2rl.config import TaskConfig
 
 OBSERVATION = "observation"
 """The policy input that is the observation itself (``task.expert.input``'s default)."""
@@ -85,8 +88,7 @@ def _splitmix64(x: np.ndarray) -> np.ndarray:
 
 
 def run_episodes(
-    env_id: str,
-    env_kwargs: Mapping[str, Any],
+    task: TaskConfig,
     policy: tasks.PolicyFn,
     episode_seeds: Sequence[int],
     *,
@@ -94,14 +96,14 @@ def run_episodes(
     on_progress: Callable[[int, int], None] | None = None,
     step_means: bool = False,
     episode_ids: Sequence[int] | None = None,
-    frame_stack: int = 1,
     policy_input: str = OBSERVATION,
     keep_observations: bool = True,
-    max_episode_steps: int | None = None,
-    timeout_s: float | None = None,
     teacher: Teacher | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """Run ``policy`` for one episode per seed; returns (steps, episodes, info) arrays.
+    """Run ``policy`` for one episode per seed on ``task``; returns (steps, episodes, info)
+    arrays. Of the task it uses the env (``env_id``, ``env_kwargs``), ``frame_stack``,
+    ``max_episode_steps`` and ``timeout_s``, never its expert: the policy run, and what it
+    reads, are ``policy`` and ``policy_input`` (with a ``teacher``, the teacher too).
 
     Episodes are laid out in the order of ``episode_seeds``, each in time order, whatever order
     they finish in. Rows are gathered batch-wise and grouped once at the end. ``info`` holds the
@@ -113,17 +115,17 @@ def run_episodes(
     (its number in ``episode_ids``, by default its position in ``episode_seeds``, and its seed)
     and the step (1 for the first ``step`` call of the episode; 0 for the reset observation).
 
-    ``frame_stack`` observations are stacked as one (:func:`demo2rl.tasks.stack_frames`).
+    ``task.frame_stack`` observations are stacked as one (:func:`demo2rl.tasks.stack_frames`).
     ``policy_input`` is what the policy reads: the observations, or ``"info.<key>"``, the vector
     env's ``info[key]`` after each reset and step (a privileged expert's state; the recorded
     observations are still the env's). Without ``keep_observations`` the steps hold no
     observations (an evaluation, which needs none, then holds no frames).
 
-    Every episode ends within ``max_episode_steps`` steps (``task.max_episode_steps``), unless
-    the task sets a limit of its own (:func:`demo2rl.tasks.episode_cap`): cut there, it is
-    truncated, as gymnasium's TimeLimit does, so the steps held are bounded by the episodes
-    times the cap. Each batched reset and step of the env and each call of the policy must
-    return within ``timeout_s`` seconds (``task.timeout_s``; None: no limit), else
+    Every episode ends within ``task.max_episode_steps`` steps, unless the env sets a limit of
+    its own (:func:`demo2rl.tasks.episode_cap`): cut there, it is truncated, as gymnasium's
+    TimeLimit does, so the steps held are bounded by the episodes times the cap. Each batched
+    reset and step of the env and each call of the policy must return within
+    ``task.timeout_s`` seconds (None: no limit), else
     :class:`demo2rl.deadline.UserCodeTimeout` names the call, the env or the expert, and the
     episodes it was running (their numbers, seeds and steps).
 
@@ -132,10 +134,11 @@ def run_episodes(
     episodes table has :data:`TEACHER_STEPS`. Every recorded step is one the teacher labelled.
     Messages name the ``teacher`` as the expert and ``policy`` as the learner.
     """
+    env_id, env_kwargs = task.env_id, task.env_kwargs
     n = len(episode_seeds)
     batch = min(n_envs, n)
     env = tasks.make_vector_env(
-        env_id, env_kwargs, batch, AutoresetMode.DISABLED, frame_stack, max_episode_steps
+        env_id, env_kwargs, batch, AutoresetMode.DISABLED, task.frame_stack, task.max_episode_steps
     )
     ids = list(range(n)) if episode_ids is None else [int(i) for i in episode_ids]
     slots = _Slots(env_id, episode_seeds, ids, batch)
@@ -146,8 +149,8 @@ def run_episodes(
         env,
         slots,
         _Actors(env_id, policy, policy_input, teacher),
-        cap=tasks.episode_cap(env_id, env_kwargs, max_episode_steps),
-        timeout_s=timeout_s,
+        cap=tasks.episode_cap(env_id, env_kwargs, task.max_episode_steps),
+        timeout_s=task.timeout_s,
         on_progress=on_progress,
     ):
         results.add(step)

@@ -111,16 +111,12 @@ def relabel_shard(
     start = time.perf_counter()
     with _one_torch_thread():
         steps, table, info = rollout.run_episodes(
-            task.env_id,
-            task.env_kwargs,
+            task,
             actor,
             episode_seeds,
             n_envs=n_envs,
             on_progress=collect.progress_log(start, progress_every_s),
             episode_ids=[first_index + e for e in episodes],  # the aggregate's numbers
-            frame_stack=task.frame_stack,
-            max_episode_steps=task.max_episode_steps,
-            timeout_s=task.timeout_s,
             teacher=teacher,
         )
     expert_steps = int(table.pop(rollout.TEACHER_STEPS).sum())

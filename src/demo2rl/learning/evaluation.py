@@ -80,24 +80,20 @@ def evaluate(
     final: bool = False,
 ) -> Evaluation:
     """Run ``policy`` for one episode per held-out seed of ``task`` (its env, ``frame_stack``,
-    ``max_episode_steps`` and ``timeout_s``, as :func:`demo2rl.demos.rollout.run_episodes` takes
-    them); ``policy_input`` is what the policy reads (``task.expert.input`` for the expert).
+    ``max_episode_steps`` and ``timeout_s``: :func:`demo2rl.demos.rollout.run_episodes` takes it
+    whole); ``policy_input`` is what the policy reads (``task.expert.input`` for the expert).
 
     A check during training takes the per-episode metrics and the info values at the end. The
     evaluate stage's record (``final``) adds what costs extra: the info values' step means (and
     the metrics made of them, e.g. ``avg_speed``) and the first episode's actions."""
     steps, episodes, info = rollout.run_episodes(
-        task.env_id,
-        task.env_kwargs,
+        task,
         policy,
         list(episode_seeds),
         n_envs=n_envs,
         step_means=final,
-        frame_stack=task.frame_stack,
         policy_input=policy_input,
         keep_observations=False,
-        max_episode_steps=task.max_episode_steps,
-        timeout_s=task.timeout_s,
     )
     if not final:
         return _evaluation(episodes, info)

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from typing import ClassVar
 
 from demo2rl.config import TaskConfig
 from demo2rl.spec_fields import path, result, speed
 from demo2rl.specs import common
+
+
+@dataclasses.dataclass(frozen=True)
+class Shards:
+    """The dataset's episodes and the shard jobs they are split into (``collect``)."""
+
+    n_episodes: int
+    n_shards: int
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -30,7 +37,7 @@ class CollectJob:
     TASK_CODE: ClassVar[bool] = True
     shard: int = result(source="wildcards", of=common.integer)
     task: TaskConfig = common.task()
-    collect: Mapping[str, int] = result("collect.n_episodes", "collect.n_shards")
+    collect: Shards = result("collect.n_episodes", "collect.n_shards", of=common.typed(Shards))
     seed: int = common.seed()
     out: str = path(source="output")
     envs: int = speed("collect.n_envs")

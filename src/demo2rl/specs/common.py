@@ -17,10 +17,11 @@ def task_config(value: Mapping[str, Any], raw: Mapping[str, Any]) -> TaskConfig:
 
 
 def typed(section: type) -> Converter:
-    """A converter of a config section's mapping to its typed record (``section.of``)."""
+    """A converter of a config section's mapping (or a slice of one) to its typed record:
+    ``section.of`` for a config section, else the record's constructor."""
 
     def convert(value: Any, raw: Mapping[str, Any]) -> Any:
-        return section.of(value)
+        return section.of(value) if hasattr(section, "of") else section(**value)
 
     return convert
 

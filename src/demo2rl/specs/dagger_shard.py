@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from typing import ClassVar
 
 from demo2rl.config import TaskConfig
 from demo2rl.spec_fields import path, result, speed
 from demo2rl.specs import common
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundShards:
+    """A DAgger round's episodes and the shard jobs they are split into (``bc.dagger``)."""
+
+    episodes: int
+    n_shards: int
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -36,7 +43,9 @@ class DaggerShardJob:
     round: int = result(source="wildcards", of=common.integer)
     shard: int = result(source="wildcards", of=common.integer)
     task: TaskConfig = common.task()
-    dagger: Mapping[str, int] = result("bc.dagger.episodes", "bc.dagger.n_shards")
+    dagger: RoundShards = result(
+        "bc.dagger.episodes", "bc.dagger.n_shards", of=common.typed(RoundShards)
+    )
     beta_decay: float = result("bc.dagger.beta_decay")
     seed: int = common.seed()
     clone: str = path()

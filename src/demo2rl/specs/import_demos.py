@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import ClassVar
 
+from demo2rl.config import TaskConfig
 from demo2rl.spec_fields import path, result, speed
 from demo2rl.specs import common
 
@@ -17,8 +17,8 @@ class ImportJob:
     import_demos).
 
     :param source: ``collect.source`` as the config gives it.
-    :param env: the task's env (its id and kwargs are the dataset's task; its spaces are
-        checked against the dataset's).
+    :param env: the task's env, without its expert and time limit (its id and kwargs are the
+        dataset's task; its spaces are checked against the dataset's).
     :param valid_fraction: ``collect.valid_fraction``.
     :param seed: the workflow's base seed (the split of a dataset without one of its own).
     :param data: the source's file, or a Minari dataset's directory, as the plan resolved it
@@ -32,7 +32,7 @@ class ImportJob:
     STAGE: ClassVar[str] = "import"
     TASK_CODE: ClassVar[bool] = True
     source: str = result("collect.source")
-    env: Mapping[str, Any] = result(*common.ENV)
+    env: TaskConfig = result(*common.ENV, of=common.typed(TaskConfig))
     valid_fraction: float = result("collect.valid_fraction")
     seed: int = common.seed()
     data: str = path(derive="import_path", source="params")

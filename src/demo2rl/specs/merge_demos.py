@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from demo2rl.spec_fields import path, result, speed
+from demo2rl.specs import common
+
+
+@dataclasses.dataclass(frozen=True)
+class Split:
+    """The dataset's episodes, and the fraction of them held out for validation
+    (``collect``)."""
+
+    n_episodes: int
+    valid_fraction: float
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -22,7 +31,7 @@ class MergeJob:
 
     STAGE: ClassVar[str] = "merge"
     TASK_CODE: ClassVar[bool] = False
-    collect: Mapping[str, Any] = result("collect.n_episodes", "collect.valid_fraction")
+    collect: Split = result("collect.n_episodes", "collect.valid_fraction", of=common.typed(Split))
     shards: list[str] = path()
     out: str = path(source="output")
     codec: str = speed("collect.codec")

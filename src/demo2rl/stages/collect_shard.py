@@ -18,22 +18,11 @@ def collect_shard(job: CollectJob, run: Run) -> None:
     seed is fixed by its index. ``job.codec`` compresses image observations (size and speed,
     never the data or its content hash).
     """
-    task = job.task
-    assert task.expert is not None, "collection needs the task's expert"
     demos = collect.collect_shard(
-        env_id=task.env_id,
-        env_kwargs=task.env_kwargs,
-        expert_entry_point=task.expert.entry_point,
-        expert_kwargs=task.expert.kwargs,
+        task=job.task,
         base_seed=job.seed,
-        episodes=collect.shard_episodes(
-            job.collect["n_episodes"], job.collect["n_shards"], job.shard
-        ),
+        episodes=collect.shard_episodes(job.collect.n_episodes, job.collect.n_shards, job.shard),
         n_envs=job.envs,
-        frame_stack=task.frame_stack,
-        expert_input=task.expert.input,
-        max_episode_steps=task.max_episode_steps,
-        timeout_s=task.timeout_s,
     )
     digest = dataset.write(job.out, demos, codec=job.codec)
     run.log_metrics(collect.dataset_metrics(demos))

@@ -18,7 +18,7 @@ def dagger_shard(job: DaggerShardJob, run: Run) -> None:
     shard (:func:`demo2rl.learning.dagger.relabel_shard`). The round's episodes are numbered after
     the dataset's and the earlier rounds' (the same number each round), so that the round's
     aggregate is a plain merge. ``job.envs`` and ``job.codec`` change speed, never the data."""
-    episodes, n_shards = job.dagger["episodes"], job.dagger["n_shards"]
+    episodes, n_shards = job.dagger.episodes, job.dagger.n_shards
     n_demos = int(dataset.read_attrs(job.demos)["n_episodes"])
     demos = dagger.relabel_shard(
         task=job.task,

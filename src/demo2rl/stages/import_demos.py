@@ -22,7 +22,7 @@ def import_demos(job: ImportJob, run: Run) -> None:
     another dtype or shape than the task's spaces, or without finite rewards fail the job,
     naming the episode and the field, and leave no file."""
     env = job.env
-    obs_space, act_space = tasks.spaces(env["env_id"], env["env_kwargs"], env["frame_stack"])
+    obs_space, act_space = tasks.spaces(env.env_id, env.env_kwargs, env.frame_stack)
     if not Path(job.data).is_dir():  # a demo2rl file (else a Minari dataset's directory)
         digest = minari_io.import_hdf5(
             job.data, job.out, valid_fraction=job.valid_fraction, codec=job.codec
@@ -31,8 +31,8 @@ def import_demos(job: ImportJob, run: Run) -> None:
         digest = minari_io.import_minari(
             job.data,
             job.out,
-            env_id=env["env_id"],
-            env_kwargs=env["env_kwargs"],
+            env_id=env.env_id,
+            env_kwargs=env.env_kwargs,
             base_seed=job.seed,
             valid_fraction=job.valid_fraction,
             codec=job.codec,
@@ -40,6 +40,6 @@ def import_demos(job: ImportJob, run: Run) -> None:
             expected_action_space=act_space,
         )
     demos = dataset.read_tables(job.out)
-    dataset.check_dataset(demos, obs_space, act_space, env["env_id"], path=job.out)
+    dataset.check_dataset(demos, obs_space, act_space, env.env_id, path=job.out)
     run.log_metrics(collect.dataset_metrics(demos))
     run.log_dataset(job.out, digest, context="imported")

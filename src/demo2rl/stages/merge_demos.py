@@ -22,8 +22,8 @@ def merge_demos(job: MergeJob, run: Run) -> None:
     digest = dataset.merge_files(
         job.shards,
         job.out,
-        n_episodes=job.collect["n_episodes"],
-        valid_fraction=job.collect["valid_fraction"],
+        n_episodes=job.collect.n_episodes,
+        valid_fraction=job.collect.valid_fraction,
         codec=job.codec,
     )
     run.log_metrics(collect.dataset_metrics(dataset.read_tables(job.out)))
