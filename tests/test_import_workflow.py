@@ -394,6 +394,7 @@ from pathlib import Path
 import minari
 from demo2rl import tasks
 from demo2rl.config import TaskConfig
+from demo2rl.demos.sources import Source
 from demo2rl.specs.import_demos import ImportJob
 from demo2rl.stages import import_demos as stage
 
@@ -405,7 +406,7 @@ args = json.loads(sys.argv[1])
 if args["out"]:
     job = ImportJob(
         source=args["data"], env=TaskConfig.of(args["env"]), valid_fraction=0.25, seed=0,
-        data=args["data"], files=[], out=args["out"], codec="gzip",
+        data=Source("minari", Path(args["data"])), files=[], out=args["out"], codec="gzip",
     )
     stage.import_demos(job, Run())
 else:  # the baseline: the same imports, the task's spaces, Minari's dataset opened

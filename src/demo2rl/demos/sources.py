@@ -10,6 +10,7 @@ any job (:func:`check_spaces`); the import itself is :mod:`demo2rl.demos.minari_
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -34,6 +35,15 @@ class Source:
 
     kind: Literal["minari", "hdf5"]
     path: Path
+
+    @classmethod
+    def of(cls, param: Mapping[str, str]) -> Source:
+        """The source from its rule param (:meth:`param`)."""
+        return cls(param["kind"], Path(param["path"]))  # type: ignore[arg-type]
+
+    def param(self) -> dict[str, str]:
+        """The source as a rule param (plain JSON): the plan resolves it, the job reads it."""
+        return {"kind": self.kind, "path": str(self.path)}
 
 
 def resolve(source: str) -> Source:

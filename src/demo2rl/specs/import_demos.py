@@ -6,6 +6,7 @@ import dataclasses
 from typing import ClassVar
 
 from demo2rl.config import TaskConfig
+from demo2rl.demos.sources import Source
 from demo2rl.spec_fields import path, result, speed
 from demo2rl.specs import common
 
@@ -21,8 +22,9 @@ class ImportJob:
         dataset's task; its spaces are checked against the dataset's).
     :param valid_fraction: ``collect.valid_fraction``.
     :param seed: the workflow's base seed (the split of a dataset without one of its own).
-    :param data: the source's file, or a Minari dataset's directory, as the plan resolved it
-        (``minari:<id>`` in the local store of the planning machine).
+    :param data: the source as the plan resolved it: its kind (``minari`` or ``hdf5``) and its
+        file, or a Minari dataset's directory (``minari:<id>`` in the local store of the
+        planning machine).
     :param files: the files the source holds: the rule's inputs, so that a change to any of
         them reruns the import.
     :param out: the dataset.
@@ -35,7 +37,7 @@ class ImportJob:
     env: TaskConfig = result(*common.ENV, of=common.typed(TaskConfig))
     valid_fraction: float = result("collect.valid_fraction")
     seed: int = common.seed()
-    data: str = path(derive="import_path", source="params")
+    data: Source = path(derive="import_source", source="params", of=common.typed(Source))
     files: list[str] = path()
     out: str = path(source="output")
     codec: str = speed("collect.codec")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from demo2rl import tasks
@@ -23,13 +22,13 @@ def import_demos(job: ImportJob, run: Run) -> None:
     naming the episode and the field, and leave no file."""
     env = job.env
     obs_space, act_space = tasks.spaces(env.env_id, env.env_kwargs, env.frame_stack)
-    if not Path(job.data).is_dir():  # a demo2rl file (else a Minari dataset's directory)
+    if job.data.kind == "hdf5":  # a demo2rl file (else a Minari dataset's directory)
         digest = minari_io.import_hdf5(
-            job.data, job.out, valid_fraction=job.valid_fraction, codec=job.codec
+            job.data.path, job.out, valid_fraction=job.valid_fraction, codec=job.codec
         )
     else:
         digest = minari_io.import_minari(
-            job.data,
+            job.data.path,
             job.out,
             env_id=env.env_id,
             env_kwargs=env.env_kwargs,

@@ -226,9 +226,9 @@ class Variant:
         return f"{names.RLRun(wildcards.arm, int(wildcards.seed)).dir(wildcards.root)}/state"
 
     @property
-    def import_path(self) -> str:
-        """The file or directory of the dataset ``collect.source`` names."""
-        return str(sources.resolve(self.collect.source).path)
+    def import_source(self) -> dict[str, str]:
+        """The dataset ``collect.source`` names: its kind, and its file or directory."""
+        return sources.resolve(self.collect.source).param()
 
     def gpus(self, section: str) -> int:
         """The standard `gpu` resource of a job that trains on ``section``'s device (``bc``,
