@@ -5,6 +5,11 @@ It imports neither torch nor stable_baselines3 (the SB3 adapter lives in ``demo2
 
 import gymnasium
 
+REPLAYED = frozenset({"Racing-v0"})
+"""The tasks whose report replays their held-out episodes (the rule plot_racing: the lines the
+policies drove, and the best run's lap), by gymnasium id: what the workflow asks, so that it
+names no task."""
+
 if "Racing-v0" not in gymnasium.registry:
     gymnasium.register(
         id="Racing-v0",

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from demo2rl import arms, config, names, provenance, spec_fields, tasks
+from demo2rl import arms, config, envs, names, provenance, spec_fields, tasks
 from demo2rl.demos import sources
 from demo2rl.learning import vec_env_choice
 from demo2rl.specs import registry
@@ -191,6 +191,8 @@ class Variant:
         summary's reference)."""
         self.imported = self.collect.source != config.EXPERT_SOURCE
         """Whether the demonstrations are imported (``collect.source``) rather than collected."""
+        self.source = sources.resolve(self.collect.source) if self.imported else None
+        """The dataset to import, resolved once (None: collected)."""
         self.arms: list[str] = cfg["rl"]["arms"]
         self.runs = names.rl_runs(self.arms, cfg["rl"]["seeds"])
         policies = names.policy_names(self.arms, cfg["rl"]["seeds"], self.dagger.rounds)
@@ -210,7 +212,8 @@ class Variant:
             )
         )
         """The modules of the task's env and expert (a user's own code, too)."""
-        self.racing = cfg["task"]["env_id"].rpartition(":")[2] == "Racing-v0"
+        self.replayed = cfg["task"]["env_id"].rpartition(":")[2] in envs.REPLAYED
+        """Whether its report replays held-out episodes (:data:`demo2rl.envs.REPLAYED`)."""
         self.report = f"{self.root}/report"
         """Its report directory."""
         self.run_names = [run.name for run in self.runs]
@@ -228,7 +231,8 @@ class Variant:
     @property
     def import_source(self) -> dict[str, str]:
         """The dataset ``collect.source`` names: its kind, and its file or directory."""
-        return sources.resolve(self.collect.source).param()
+        assert self.source is not None, "only an imported dataset's job reads its source"
+        return self.source.param()
 
     def gpus(self, section: str) -> int:
         """The standard `gpu` resource of a job that trains on ``section``'s device (``bc``,
@@ -423,7 +427,7 @@ class Plan:
 
     def report_targets(self, variant: Variant) -> list[str]:
         """What ``variant``'s report is (the clone's loss plot is its clone's)."""
-        figures = {**names.SUMMARY_FIGURES, **(names.RACING_FIGURES if variant.racing else {})}
+        figures = {**names.SUMMARY_FIGURES, **(names.RACING_FIGURES if variant.replayed else {})}
         return [
             f"{variant.report}/summary.md",
             f"{variant.report}/summary.json",
@@ -451,7 +455,7 @@ class Plan:
         """What ``variant``'s import reads, file by file: the dataset ``collect.source`` names
         (its file, or every file of a Minari dataset's directory), so that a change to any of
         them reruns the import (a directory's own time does not change with its files')."""
-        return [str(p) for p in sources.files(sources.resolve(variant.collect.source))]
+        return [] if variant.source is None else [str(p) for p in sources.files(variant.source)]
 
     def roots(self, imported: bool) -> str:
         """A ``root`` wildcard constraint: the results directories of the variants whose
