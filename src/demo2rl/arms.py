@@ -137,10 +137,9 @@ class Arm:
         return {k: v for k, v in rl.items() if self.reads_rl(k)}
 
     def budget(self, rl: Mapping[str, Any]) -> int:
-        """Env steps per run under the ``rl`` config: its algorithm's budget
-        (``rl.total_timesteps`` for PPO, ``rl.sac.total_timesteps`` for the off-policy arms)."""
-        own = rl if self.reads_rl("total_timesteps") else rl[self.algorithm_section]
-        return int(own["total_timesteps"])
+        """Env steps per run under the ``rl`` config: the budget of its slice
+        (:meth:`rl_slice`, :attr:`demo2rl.config.RLConfig.budget`), the run's own."""
+        return config.RLConfig.of(self.rl_slice(rl)).budget
 
     @property
     def group(self) -> str:
