@@ -231,7 +231,8 @@ class Variant:
     @property
     def import_source(self) -> dict[str, str]:
         """The dataset ``collect.source`` names: its kind, and its file or directory."""
-        assert self.source is not None, "only an imported dataset's job reads its source"
+        if self.source is None:
+            raise ValueError(f"variant {self.name!r} collects its dataset: it imports none")
         return self.source.param()
 
     def gpus(self, section: str) -> int:
