@@ -40,8 +40,8 @@ from _common import machine, report
 
 from demo2rl import arms
 from demo2rl.config import BCConfig, PolicyConfig, RLConfig, TaskConfig
-from demo2rl.specs.collect_shard import CollectJob
-from demo2rl.specs.merge_demos import MergeJob
+from demo2rl.specs.collect_shard import CollectJob, Shards
+from demo2rl.specs.merge_demos import MergeJob, Split
 from demo2rl.specs.train_bc import BCJob
 from demo2rl.specs.train_rl import RLJob
 from demo2rl.stages import collect_shard, merge_demos, train_bc, train_rl
@@ -68,7 +68,7 @@ def collect(cfg: dict[str, Any], work: Path, shards: int, n_envs: int) -> tuple[
         job = CollectJob(
             shard=k,
             task=task,
-            collect={"n_episodes": cfg["collect"]["n_episodes"], "n_shards": shards},
+            collect=Shards(n_episodes=cfg["collect"]["n_episodes"], n_shards=shards),
             seed=cfg["seed"],
             out=paths[-1],
             envs=n_envs,
@@ -78,7 +78,7 @@ def collect(cfg: dict[str, Any], work: Path, shards: int, n_envs: int) -> tuple[
         collect_shard.collect_shard(job, Untracked())
     demos = str(work / "demos.h5")
     merge = MergeJob(
-        collect={k: cfg["collect"][k] for k in ("n_episodes", "valid_fraction")},
+        collect=Split(cfg["collect"]["n_episodes"], cfg["collect"]["valid_fraction"]),
         shards=paths,
         out=demos,
         codec="gzip",

@@ -4,7 +4,8 @@
 # A heavy rule's params and resources are its job spec's fields (demo2rl.specs), each computed
 # from the config keys the field declares it reads: params are what can change its result (the
 # config it reads, the fingerprint of the code it runs), which Snakemake reruns a job on and a
-# variant shares it on; resources are speed settings, which rerun nothing.
+# variant shares it on, and the tracking settings (a dataclass: no rerun trigger); resources are
+# speed settings, which rerun nothing.
 # tests/test_rerun_matrix.py checks the declarations against Snakemake's plans.
 import re
 from pathlib import Path

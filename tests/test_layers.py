@@ -1,7 +1,9 @@
 """The library's folders are its layers (docs/architecture.md's map): each module imports only
 from its own layer and the layers below it, never back up. The imports are what each module's
-bytecode runs (tests/import_oracle.py), in function bodies too; annotation-only imports under
-``if TYPE_CHECKING:`` run nothing and do not count."""
+bytecode runs (tests/import_oracle.py), in function bodies too, and the modules its
+``"package.module:Name"`` entry points name; annotation-only imports under ``if TYPE_CHECKING:``
+run nothing and do not count, nor does ``importlib.import_module`` (only the workflow's job glue
+imports a stage by name)."""
 
 from __future__ import annotations
 

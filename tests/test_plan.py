@@ -25,6 +25,7 @@ from snakemake.iocontainers import (
 
 from demo2rl import arms, config, spec_fields
 from demo2rl.specs import registry
+from demo2rl.workflow import runner
 from demo2rl.workflow.plan import Plan, PlanError
 
 TEST = config.load(REPO / "config" / "test.yaml")
@@ -130,7 +131,7 @@ def _rule_values(plan, rule, wildcards):
 @pytest.mark.parametrize("rule", sorted(registry.SPECS))
 def test_a_heavy_rules_stage_is_the_function_of_its_name_in_the_module_of_its_name(rule):
     """What scripts/run_stage.py runs for the rule, and where its code fingerprint starts."""
-    stage = registry.stage(rule)
+    stage = runner.stage(rule)
     assert stage.__name__ == rule
     assert stage.__module__ == registry.stage_module(rule) == f"demo2rl.stages.{rule}"
     assert list(inspect.signature(stage).parameters)[:2] == ["job", "run"]
@@ -138,7 +139,7 @@ def test_a_heavy_rules_stage_is_the_function_of_its_name_in_the_module_of_its_na
 
 def test_a_rule_that_is_not_heavy_has_no_stage_and_the_error_names_the_heavy_ones():
     with pytest.raises(KeyError, match="'plot_bc' is no heavy rule .*train_rl"):
-        registry.stage("plot_bc")
+        runner.stage("plot_bc")
 
 
 @pytest.mark.parametrize("rule", sorted(registry.SPECS))

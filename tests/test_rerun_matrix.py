@@ -502,9 +502,9 @@ def test_every_module_reruns_what_it_declares(matrix):
 
 
 def test_the_modules_sharing_a_plan_are_those_an_edit_treats_alike(matrix):
-    """Each planned module's edit reruns in Snakemake's plan exactly what the rules whose
-    fingerprints cover it (the grouping of the other modules' cases) and their downstream jobs
-    are; one plan serves many modules."""
+    """Each planned module's edit reruns in Snakemake's plan exactly the rules whose code runs
+    it (:data:`MODULES`, the grouping of the other modules' cases) and their downstream jobs;
+    one plan serves many modules."""
     wrong = {m: c for m, c in matrix["planned"].items() if c.missing or c.extra}
     assert not wrong, "\n".join(f"{m}:\n{c}" for m, c in wrong.items())
     assert len(matrix["planned"]) < len(matrix["modules"]) / 2, "a plan per module"

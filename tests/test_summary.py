@@ -20,7 +20,7 @@ from PIL import Image
 from rliable import metrics as rly
 
 from demo2rl import arms as arms_lib
-from demo2rl import names, seeds, tasks
+from demo2rl import config, names, seeds, tasks
 from demo2rl.config import TrackingConfig
 from demo2rl.demos import dataset, rollout
 from demo2rl.learning import evaluation
@@ -212,8 +212,10 @@ def test_summary_of_records_without_task_metrics():
 # --------------------------------------------------------------------------------------------
 # training time from progress tables, and what each arm's budget buys
 
-RL_CFG = {"total_timesteps": 300_000, "sac": {"total_timesteps": 100_000}}
-"""The budgets of the rl section: PPO arms 300k env steps per run, SAC arms 100k."""
+RL_CFG = config.load(TEST_CONFIG)["rl"]
+RL_CFG = RL_CFG | {"total_timesteps": 300_000, "sac": RL_CFG["sac"] | {"total_timesteps": 100_000}}
+"""The test config's rl section with these budgets: PPO arms 300k env steps per run, SAC arms
+100k."""
 
 
 def progress_table(steps, elapsed, cpu=None) -> pd.DataFrame:

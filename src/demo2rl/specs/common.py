@@ -17,8 +17,8 @@ def task_config(value: Mapping[str, Any], raw: Mapping[str, Any]) -> TaskConfig:
 
 
 def typed(section: type) -> Converter:
-    """A converter of a config section's mapping (or a slice of one) to its typed record:
-    ``section.of`` for a config section, else the record's constructor."""
+    """A converter of a config section's mapping (or a slice of one) to its typed record: the
+    record's ``of`` where it has one (a config section's), else its constructor."""
 
     def convert(value: Any, raw: Mapping[str, Any]) -> Any:
         return section.of(value) if hasattr(section, "of") else section(**value)

@@ -3,16 +3,15 @@ the order the workflow runs them in; what the Plan, the runner and the rerun tes
 (stages import their own spec's module only).
 
 A rule's stage is the function of the rule's name in the module of that name under
-:mod:`demo2rl.stages` (:func:`stage`); every heavy rule runs it through the one script,
-scripts/run_stage.py, and its code fingerprint starts there (:func:`stage_module`).
+:mod:`demo2rl.stages` (:func:`stage_module`), where its code fingerprint starts: every heavy
+rule runs it through the one script, scripts/run_stage.py
+(:func:`demo2rl.workflow.runner.stage` imports it at job time); a plot's script calls its stage
+itself.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
-from collections.abc import Callable
-from typing import Any
 
 from demo2rl.specs import (
     aggregate_dagger,
@@ -43,13 +42,13 @@ SPECS: dict[str, type] = {
     "summarize": summarize.SummarizeJob,
     "compare_variants": compare_variants.CompareJob,
 }
-"""Each heavy rule's spec (the stage of the same name runs it: :func:`stage`)."""
+"""Each heavy rule's spec (the stage of the same name runs it)."""
 
 
 @dataclasses.dataclass(frozen=True)
 class Plot:
-    """A plotting rule: it has no job spec (its script hands the stage its files) and reruns on
-    its code only, and what it draws:
+    """A plotting rule: it has no job spec (its script hands the stage its files), reruns on its
+    code (and the arms' looks, where it shows arms), and what it draws:
 
     :param task_code: whether its code fingerprint covers the task's env and expert too (as a
         job spec's ``TASK_CODE``): the racing replays step the task's env.
@@ -89,23 +88,20 @@ RULES = (
 )
 """Every rule that runs a stage, in the order the workflow runs them (``export_minari`` on its
 own target, ``export``, only)."""
-assert set(RULES) == set(SPECS) | set(PLOTS), "every spec and plot in RULES, once"
+if sorted(RULES) != sorted([*SPECS, *PLOTS]):
+    raise ValueError("registry.RULES must list every rule of SPECS and PLOTS once")
 
 
 def runs_task_code(rule: str) -> bool:
     """Whether ``rule``'s code fingerprint covers the task's env and expert (its spec's
     ``TASK_CODE``, or its plot's ``task_code``)."""
-    return SPECS[rule].TASK_CODE if rule in SPECS else PLOTS[rule].task_code
+    if rule in SPECS:
+        return SPECS[rule].TASK_CODE
+    if rule in PLOTS:
+        return PLOTS[rule].task_code
+    raise KeyError(f"{rule!r} runs no stage (the rules that do: {', '.join(RULES)})")
 
 
 def stage_module(rule: str) -> str:
     """The module of ``rule``'s stage."""
     return f"demo2rl.stages.{rule}"
-
-
-def stage(rule: str) -> Callable[[Any, Any], Any]:
-    """The stage of heavy rule ``rule``: ``stage(spec, run)``, imported at job time (the Plan
-    reads the specs only; a stage imports what its job needs, torch included)."""
-    if rule not in SPECS:
-        raise KeyError(f"{rule!r} is no heavy rule (they are: {', '.join(SPECS)})")
-    return getattr(importlib.import_module(stage_module(rule)), rule)

@@ -8,10 +8,11 @@ its stage inside :func:`job`.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from demo2rl import names, provenance, spec_fields, tracking
@@ -41,8 +42,16 @@ def setup_logging(path: str | None) -> None:
     logging.captureWarnings(True)
 
 
+def stage(rule: str) -> Callable[[Any, Any], Any]:
+    """The stage of heavy rule ``rule``: ``stage(spec, run)``, imported at job time (the Plan
+    reads the specs only; a stage imports what its job needs, torch included)."""
+    if rule not in registry.SPECS:
+        raise KeyError(f"{rule!r} is no heavy rule (they are: {', '.join(registry.SPECS)})")
+    return getattr(importlib.import_module(registry.stage_module(rule)), rule)
+
+
 def run_rule(smk: Any) -> Any:
-    """Run a heavy rule's stage (:func:`demo2rl.specs.registry.stage`) on its job spec
+    """Run a heavy rule's stage (:func:`stage`) on its job spec
     (:data:`demo2rl.specs.registry.SPECS`, built from the ``snakemake`` object), inside
     :func:`job`: every heavy rule's script. A stage's exception with an ``exit_code`` (an RL
     run stopped by SIGTERM, its checkpoint saved) ends the job with that status."""
@@ -53,10 +62,10 @@ def run_rule(smk: Any) -> Any:
         setup_logging(smk.log[0] if len(smk.log) else None)
         log.exception("rule %s: its %s could not be built", smk.rule, spec_type.__name__)
         raise
-    stage = registry.stage(smk.rule)
+    run_stage = stage(smk.rule)
     try:
         with job(smk, stage=spec_type.STAGE, run_name=spec.run_name()) as run:
-            return stage(spec, run)
+            return run_stage(spec, run)
     except Exception as stop:
         code = getattr(stop, "exit_code", None)
         if code is None:
