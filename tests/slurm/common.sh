@@ -37,3 +37,22 @@ daemon_pid() {
   [[ $(readlink "/proc/$pid/exe" 2>/dev/null) == "$exe" ]] || return 1
   echo "$pid"
 }
+
+# Kill the job processes that escaped the cluster. proctrack/linuxproc tracks a step's processes
+# by parentage, so one reparented to init is never killed: a Snakemake job step deadlocked in its
+# own SIGTERM handler (snakemake/scheduling/job_scheduler.py's exit_gracefully takes a lock that
+# its error handling holds) outlived the cluster so. Each carries this cluster's SLURM_CONF and a
+# job id in its environment; nothing else does.
+kill_escaped_jobs() {
+  local environ pid vars
+  for environ in /proc/[0-9]*/environ; do
+    pid=${environ#/proc/}
+    pid=${pid%/environ}
+    vars=$({ tr '\0' '\n' <"$environ"; } 2>/dev/null) || continue
+    if grep -qx "SLURM_CONF=$SLURM_CONF" <<<"$vars" && grep -q '^SLURM_JOB_ID=' <<<"$vars"; then
+      log "killing pid $pid, a job process left by the cluster:" \
+        "$({ tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null | cut -c1-120)"
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+  done
+}

@@ -44,6 +44,7 @@ if [[ -d $DIR/run ]]; then
 else
   log "nothing to stop ($DIR/run does not exist)"
 fi
+kill_escaped_jobs # then any job process that escaped the cluster (common.sh)
 if [[ -L $SYSTEM_CONF && $(readlink "$SYSTEM_CONF") == "$SLURM_CONF" ]]; then
   rm -f "$SYSTEM_CONF"
 fi
