@@ -493,7 +493,7 @@ def _attrs(
             f"demo2rl reads {dataset.FORMAT} version {dataset.FORMAT_VERSION}",
         )
     recorded = dict(record["attrs"])
-    if recorded["env_id"].rpartition(":")[2] != task["env_id"].rpartition(":")[2]:
+    if tasks.env_name(recorded["env_id"]) != tasks.env_name(task["env_id"]):
         raise DatasetError(
             name, f"exported from env {recorded['env_id']!r}, the task's is {task['env_id']!r}"
         )

@@ -26,13 +26,13 @@ def register_native_vec_env(env_id: str, entry_point: str) -> None:
     seed (same-step autoreset, ``terminal_observation`` in the infos), or results will depend on
     the vec env kind.
     """
-    NATIVE_VEC_ENVS[env_id.rpartition(":")[2]] = entry_point
+    NATIVE_VEC_ENVS[tasks.env_name(env_id)] = entry_point
 
 
 def native_vec_env(env_id: str) -> str | None:
     """The entry point of the task's own SB3 VecEnv, or None (imports the env's module first)."""
     tasks.env_spec(env_id)
-    return NATIVE_VEC_ENVS.get(env_id.rpartition(":")[2])
+    return NATIVE_VEC_ENVS.get(tasks.env_name(env_id))
 
 
 def resolve_vec_env(kind: str, env_id: str, frame_stack: int = 1) -> str:

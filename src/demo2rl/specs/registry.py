@@ -28,22 +28,6 @@ from demo2rl.specs import (
     train_rl,
 )
 
-SPECS: dict[str, type] = {
-    "collect_shard": collect_shard.CollectJob,
-    "merge_demos": merge_demos.MergeJob,
-    "import_demos": import_demos.ImportJob,
-    "export_minari": export_minari.ExportJob,
-    "dagger_shard": dagger_shard.DaggerShardJob,
-    "aggregate_dagger": aggregate_dagger.AggregateJob,
-    "train_dagger": train_dagger.DaggerBCJob,
-    "train_bc": train_bc.BCJob,
-    "train_rl": train_rl.RLJob,
-    "evaluate": evaluate.EvaluateJob,
-    "summarize": summarize.SummarizeJob,
-    "compare_variants": compare_variants.CompareJob,
-}
-"""Each heavy rule's spec (the stage of the same name runs it)."""
-
 
 @dataclasses.dataclass(frozen=True)
 class Plot:
@@ -60,36 +44,31 @@ class Plot:
     shows_arms: bool = False
 
 
-PLOTS: dict[str, Plot] = {
+RULES: dict[str, type | Plot] = {
+    "collect_shard": collect_shard.CollectJob,
+    "merge_demos": merge_demos.MergeJob,
+    "import_demos": import_demos.ImportJob,
+    "train_bc": train_bc.BCJob,
     "plot_bc": Plot(),
+    "dagger_shard": dagger_shard.DaggerShardJob,
+    "aggregate_dagger": aggregate_dagger.AggregateJob,
+    "train_dagger": train_dagger.DaggerBCJob,
+    "train_rl": train_rl.RLJob,
+    "evaluate": evaluate.EvaluateJob,
+    "summarize": summarize.SummarizeJob,
     "plot_summary": Plot(shows_arms=True),
     "plot_racing": Plot(task_code=True, shows_arms=True),
+    "compare_variants": compare_variants.CompareJob,
     "plot_variants": Plot(shows_arms=True),
+    "export_minari": export_minari.ExportJob,
 }
-"""Each plotting rule."""
-
-RULES = (
-    "collect_shard",
-    "merge_demos",
-    "import_demos",
-    "train_bc",
-    "plot_bc",
-    "dagger_shard",
-    "aggregate_dagger",
-    "train_dagger",
-    "train_rl",
-    "evaluate",
-    "summarize",
-    "plot_summary",
-    "plot_racing",
-    "compare_variants",
-    "plot_variants",
-    "export_minari",
-)
 """Every rule that runs a stage, in the order the workflow runs them (``export_minari`` on its
-own target, ``export``, only)."""
-if sorted(RULES) != sorted([*SPECS, *PLOTS]):
-    raise ValueError("registry.RULES must list every rule of SPECS and PLOTS once")
+own target, ``export``, only): a heavy rule's job spec (the stage of the same name runs it), or
+a plotting rule's :class:`Plot`."""
+SPECS: dict[str, type] = {r: s for r, s in RULES.items() if not isinstance(s, Plot)}
+"""Each heavy rule's spec."""
+PLOTS: dict[str, Plot] = {r: s for r, s in RULES.items() if isinstance(s, Plot)}
+"""Each plotting rule."""
 
 
 def runs_task_code(rule: str) -> bool:

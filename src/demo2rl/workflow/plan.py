@@ -212,7 +212,7 @@ class Variant:
             )
         )
         """The modules of the task's env and expert (a user's own code, too)."""
-        self.replayed = cfg["task"]["env_id"].rpartition(":")[2] in envs.REPLAYED
+        self.replayed = tasks.env_name(cfg["task"]["env_id"]) in envs.REPLAYED
         """Whether its report replays held-out episodes (:data:`demo2rl.envs.REPLAYED`)."""
         self.report = f"{self.root}/report"
         """Its report directory."""
