@@ -8,7 +8,7 @@ and its speed fields as the rule's resources, from the job's config variant
 (:class:`demo2rl.workflow.plan.Variant`, or the plan for the comparison across variants); the
 script builds the spec back from the ``snakemake`` object (:func:`demo2rl.spec_fields.build`,
 through :func:`demo2rl.workflow.runner.run_rule`) and hands it to the stage.
-:data:`demo2rl.specs.registry.SPECS` names each rule's spec.
+:data:`demo2rl.specs.registry.RULES` names each rule's spec.
 
 A stage imports its own spec's module only, so that editing one spec reruns its rule alone (this
 package's ``__init__`` imports nothing).
