@@ -16,10 +16,11 @@ import numpy as np
 import pytest
 import torch
 
-from demo2rl import deadline, seeds, tasks
+from demo2rl import seeds, tasks
 from demo2rl.demos import collect, dataset, rollout
 from demo2rl.learning import checkpoints, dagger, evaluation
 from demo2rl.learning import policy as P
+from demo2rl.tasks import deadline
 
 sys.path.insert(0, str(Path(__file__).parent))  # probe_tasks: a learner that hangs
 

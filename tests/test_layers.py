@@ -14,7 +14,7 @@ from import_oracle import find, imported
 SRC = REPO / "src" / "demo2rl"
 LAYERS = (
     ("envs", "experts"),
-    ("vocabulary",),
+    ("vocabulary", "tasks"),
     ("demos",),
     ("specs",),
     ("learning",),

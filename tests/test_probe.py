@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import gymnasium as gym
+import numpy as np
 import pytest
 import yaml
 from conftest import REPO, TEST_CONFIG, snakemake
@@ -16,6 +18,7 @@ from demo2rl import config as config_lib
 from demo2rl import tasks
 from demo2rl.config import ConfigError
 from demo2rl.learning import vec_env_choice
+from demo2rl.tasks import checks
 from demo2rl.workflow import probe, variants
 
 TESTS = Path(__file__).parent
@@ -257,3 +260,16 @@ def test_rollouts_use_a_registered_vector_env_only_if_it_takes_an_autoreset_mode
     assert tasks.env_spec("CartPole-v1").vector_entry_point is not None
     assert not tasks.has_vector_env("CartPole-v1")
     assert not tasks.has_vector_env("Pendulum-v1")
+
+
+def test_a_task_check_refuses_without_the_workflow_naming_the_key():
+    """The checks are the task's, usable without a workflow config: each refusal is a TaskError
+    that carries the config key the probe reports."""
+    space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    checks.check_actions(np.array([[1.0, -1.0]]), space, batch=1)
+    with pytest.raises(tasks.TaskError, match="outside the action space's bounds") as caught:
+        checks.check_actions(np.array([[2.0, 0.0]]), space, batch=1)
+    assert caught.value.key == "task.expert.entry_point"
+    with pytest.raises(tasks.TaskError) as caught:
+        checks.check_action_space(gym.spaces.MultiDiscrete([2, 2]), "X-v0")
+    assert caught.value.key == "task.env_id"

@@ -25,10 +25,11 @@ import yaml
 from conftest import BIN, TEST_CONFIG, snakemake_call, untracked
 
 from demo2rl import config as config_lib
-from demo2rl import deadline, seeds, spec_fields, tasks
+from demo2rl import seeds, spec_fields, tasks
 from demo2rl.config import ConfigError
 from demo2rl.demos import rollout
 from demo2rl.learning import vec
+from demo2rl.tasks import deadline
 from demo2rl.workflow import probe
 
 TESTS = Path(__file__).parent
@@ -272,7 +273,7 @@ def test_a_collection_job_with_a_hung_expert_fails_naming_it(tmp_path):
         f"{e} (seed {seeds.demo_seed(spec['seed'], e)}, after 2 steps)" for e in range(4)
     )
     assert log.rstrip().splitlines()[-1] == (
-        "demo2rl.deadline.UserCodeTimeout: the expert probe_tasks:stalling_expert did not "
+        "demo2rl.tasks.deadline.UserCodeTimeout: the expert probe_tasks:stalling_expert did not "
         f"return within task.timeout_s = 1 s (episodes {episodes})"
     ), log[-2000:]
     assert not shard.exists()

@@ -194,7 +194,7 @@ class TaskConfig(Section):
 
     ``max_episode_steps`` caps episodes of an env whose spec sets no limit (None: no cap but the
     env's own; the workflow always gives one). ``timeout_s`` limits each call of the task's code
-    (:mod:`demo2rl.deadline`; None: no limit): robustness only, so the rules pass it as a
+    (:mod:`demo2rl.tasks.deadline`; None: no limit): robustness only, so the rules pass it as a
     resource, not in the task param, and a job's resume key leaves it out (a
     :func:`demo2rl.spec_fields.speed` field).
     """

@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from demo2rl import deadline, tasks
+from demo2rl import tasks
 from demo2rl.demos import dataset
+from demo2rl.tasks import deadline
 
 if TYPE_CHECKING:
     from demo2rl.config import TaskConfig
@@ -126,7 +127,7 @@ def run_episodes(
     TimeLimit does, so the steps held are bounded by the episodes times the cap. Each batched
     reset and step of the env and each call of the policy must return within
     ``task.timeout_s`` seconds (None: no limit), else
-    :class:`demo2rl.deadline.UserCodeTimeout` names the call, the env or the expert, and the
+    :class:`demo2rl.tasks.deadline.UserCodeTimeout` names the call, the env or the expert, and the
     episodes it was running (their numbers, seeds and steps).
 
     With a ``teacher`` (:class:`Teacher`), ``policy`` is the learner, reading ``policy_input``:

@@ -7,9 +7,9 @@ processes, each worker an SB3 ``DummyVecEnv`` of a contiguous chunk: the envs, t
 their auto-resets are exactly those of one ``DummyVecEnv`` of all of them.
 
 With a ``timeout_s`` (``task.timeout_s``), a reset or step of the batch that takes longer raises
-:class:`demo2rl.deadline.UserCodeTimeout` naming the env, the call and the envs: in this process
-by ``SIGALRM`` (:class:`TimedVecEnv`), in worker processes by waiting on their pipes with a
-timeout (:class:`WorkerPoolVecEnv`, which then stops its workers).
+:class:`demo2rl.tasks.deadline.UserCodeTimeout` naming the env, the call and the envs: in this
+process by ``SIGALRM`` (:class:`TimedVecEnv`), in worker processes by waiting on their pipes with
+a timeout (:class:`WorkerPoolVecEnv`, which then stops its workers).
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ import numpy as np
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecEnvWrapper
 from stable_baselines3.common.vec_env.base_vec_env import CloudpickleWrapper
 
-from demo2rl import deadline, tasks
+from demo2rl import tasks
 from demo2rl.learning import vec_env_choice
+from demo2rl.tasks import deadline
 
 
 def make_vec_env(
@@ -83,8 +84,8 @@ def _describe_envs(envs: Sequence[int], episodes: np.ndarray) -> str:
 
 class TimedVecEnv(VecEnvWrapper):
     """A VecEnv stepped in this process whose ``reset`` and ``step_wait`` each must return within
-    ``timeout_s`` seconds, else :class:`demo2rl.deadline.UserCodeTimeout` names the env, the
-    call and the envs (:func:`demo2rl.deadline.limit`: ``SIGALRM``, main thread only).
+    ``timeout_s`` seconds, else :class:`demo2rl.tasks.deadline.UserCodeTimeout` names the env, the
+    call and the envs (:func:`demo2rl.tasks.deadline.limit`: ``SIGALRM``, main thread only).
     ``step_async`` only hands the actions over, as SB3's VecEnvs do, and is not limited."""
 
     def __init__(self, venv: VecEnv, env_id: str, timeout_s: float) -> None:
@@ -156,7 +157,7 @@ class WorkerPoolVecEnv(VecEnv):
 
     With ``timeout_s``, a worker that does not answer a reset, step or call within it (the
     workers run in parallel: one limit for the batch) is a
-    :class:`demo2rl.deadline.UserCodeTimeout` naming ``env_id``, the call, the worker and its
+    :class:`demo2rl.tasks.deadline.UserCodeTimeout` naming ``env_id``, the call, the worker and its
     envs; every worker is then stopped (a hung one cannot be asked to close). Starting the
     workers (imports, building the envs) is not limited.
     """

@@ -111,7 +111,7 @@ class CheckFinite(VecEnvWrapper):
 
 
 def _check_finite(when: str, **values: np.ndarray) -> None:
-    # one array each: the probe admits Box observations only (probe.check_observation_space)
+    # one array each: the probe admits Box observations only (tasks.checks)
     arrays = {name: np.asarray(value) for name, value in values.items()}
     bad = {
         name: np.flatnonzero(~np.isfinite(a.reshape(len(a), -1)).all(1))

@@ -6,11 +6,12 @@ expert's actions. Everything a job would otherwise find out late fails here, as 
 :class:`demo2rl.config.ConfigError` that names the config key and what was found: an
 ``env_kwargs`` or expert ``kwargs`` key the callable does not take, a space the workflow does
 not support, an env that fails to reset or step, an expert that raises or returns actions of the
-wrong shape, dtype or range, an arm or vec env the task cannot use, and an env or expert call
-that takes longer than ``task.timeout_s`` (:mod:`demo2rl.deadline`: a hung task fails a dry run
-instead of hanging it). It takes well under a second for the shipped tasks. A task without an
-expert (``task.expert: null``, demonstrations imported) steps with actions sampled from its
-action space instead; :func:`demo2rl.config.check` refuses what needs an expert at run time
+wrong shape, dtype or range (what demo2rl needs of any task: :mod:`demo2rl.tasks.checks`), an
+arm or vec env the task cannot use, and an env or expert call that takes longer than
+``task.timeout_s`` (:mod:`demo2rl.tasks.deadline`: a hung task fails a dry run instead of
+hanging it). It takes well under a second for the shipped tasks. A task without an expert
+(``task.expert: null``, demonstrations imported) steps with actions sampled from its action
+space instead; :func:`demo2rl.config.check` refuses what needs an expert at run time
 (collection, DAgger) before the probe.
 """
 
@@ -18,10 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import inspect
 import logging
 import time
-import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -29,11 +28,13 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from demo2rl import arms, deadline, tasks
+from demo2rl import arms, tasks
 from demo2rl.config import ConfigError
 from demo2rl.demos import rollout
 from demo2rl.learning import vec_env_choice
 from demo2rl.observations import ObservationKind
+from demo2rl.tasks import checks, deadline
+from demo2rl.tasks.checks import describe
 
 log = logging.getLogger(__name__)
 
@@ -62,19 +63,37 @@ class Probe:
 
 
 def probe_task(config: Mapping[str, Any]) -> Probe:
-    """Check the task of a (schema-validated) workflow config; raise ConfigError naming the key.
+    """Check the task of a (schema-validated) workflow config; raise ConfigError naming the key
+    (a check's refusal, :mod:`demo2rl.tasks.checks`, as the ConfigError of its key).
 
     Assumes ``task.env_id`` and the expert's entry point resolve (:func:`demo2rl.config.check`
     checks those first).
     """
+    try:
+        return _probe(config)
+    except tasks.TaskError as err:
+        if err.key is None:
+            raise
+        raise ConfigError(err.key, str(err)) from None
+
+
+def _refusal(err: Exception) -> bool:
+    """Whether ``err`` is a check's refusal that names its config key (passed on as it is)."""
+    return isinstance(err, ConfigError) or getattr(err, "key", None) is not None
+
+
+def _probe(config: Mapping[str, Any]) -> Probe:
+    """:func:`probe_task`, a check's refusal raised as it is."""
     start = time.perf_counter()
     task = config["task"]
     env_id, env_kwargs = task["env_id"], task["env_kwargs"]
     expert_cfg = task["expert"]
-    _check_kwargs("task.env_kwargs", _env_factory(env_id), env_kwargs, f"env {env_id!r}")
+    checks.check_kwargs(
+        "task.env_kwargs", checks.env_factory(env_id), env_kwargs, f"env {env_id!r}"
+    )
     if expert_cfg is not None:
         expert_fn = tasks.resolve_entry_point(expert_cfg["entry_point"])
-        _check_kwargs(
+        checks.check_kwargs(
             "task.expert.kwargs",
             expert_fn,
             expert_cfg.get("kwargs") or {},
@@ -86,26 +105,26 @@ def probe_task(config: Mapping[str, Any]) -> Probe:
     try:
         with limit(f"{env_what} make", lambda: f"the task probe's {BATCH} envs"):
             if frame_stack > 1:  # the env's own observations first: stacking reshapes them
-                check_observation_space(tasks.spaces(env_id, env_kwargs)[0], env_id)
+                checks.check_observation_space(tasks.spaces(env_id, env_kwargs)[0], env_id)
             env = tasks.make_vector_env(
                 env_id, env_kwargs, BATCH, AutoresetMode.DISABLED, frame_stack=frame_stack
             )
-    except ConfigError:
-        raise
     except Exception as err:  # a user's env: anything can go wrong in its constructor
-        raise ConfigError("task.env_kwargs", f"making {env_id!r} failed: {_describe(err)}") from err
+        if _refusal(err):
+            raise
+        raise ConfigError("task.env_kwargs", f"making {env_id!r} failed: {describe(err)}") from err
     try:
         try:
             obs_space, act_space = env.single_observation_space, env.single_action_space
-            check_observation_space(obs_space, env_id)
-            check_action_space(act_space, env_id)
+            checks.check_observation_space(obs_space, env_id)
+            checks.check_action_space(act_space, env_id)
             with limit(f"{env_what} reset", lambda: _probe_episodes(0)):
                 obs, info = env.reset(seed=list(range(BATCH)))
-        except ConfigError:
-            raise
         except Exception as err:
+            if _refusal(err):
+                raise
             raise ConfigError(
-                "task.env_id", f"resetting {env_id!r} failed: {_describe(err)}"
+                "task.env_id", f"resetting {env_id!r} failed: {describe(err)}"
             ) from err
         check_encoder(obs_space, config["policy"]["cnn"])
         if expert_cfg is None:  # (no expert: the env steps with actions of its own space)
@@ -140,9 +159,9 @@ def _expert_actions(
         raise ConfigError(
             "task.expert.entry_point",
             f"the expert raised on a batch of {BATCH} reset {what} of shape "
-            f"{reads.shape}: {_describe(err)}",
+            f"{reads.shape}: {describe(err)}",
         ) from err
-    check_expert_actions(actions, act_space, batch=BATCH)
+    checks.check_actions(actions, act_space, batch=BATCH)
     return actions
 
 
@@ -155,7 +174,7 @@ def _step(env: gym.vector.VectorEnv, actions: np.ndarray, limit: Any, env_id: st
                 _, _, terminated, truncated, _ = env.step(actions)
         except Exception as err:
             raise ConfigError(
-                "task.env_id", f"stepping {env_id!r} failed at step {step}: {_describe(err)}"
+                "task.env_id", f"stepping {env_id!r} failed at step {step}: {describe(err)}"
             ) from err
         if np.any(terminated) or np.any(truncated):
             return
@@ -164,62 +183,6 @@ def _step(env: gym.vector.VectorEnv, actions: np.ndarray, limit: Any, env_id: st
 def _probe_episodes(steps: int) -> str:
     """The probe's episodes, for a timeout's message."""
     return f"the task probe's {BATCH} episodes, seeds 0-{BATCH - 1}, after {steps} steps"
-
-
-def check_observation_space(space: gym.Space, env_id: str) -> None:
-    """The observations are one of the two kinds the policy reads: a numeric vector ``Box`` (any
-    shape, flattened by the MLP), or images (``ObservationKind.image``: uint8 in [0, 255], HxWxC
-    or CxHxW, read by a CNN). What looks like images but is not one of these, and images mixed
-    with vectors in a ``Dict``, fail here, saying what to do."""
-    if isinstance(space, gym.spaces.Dict):
-        images = [k for k, sub in space.spaces.items() if ObservationKind.of(sub).looks_like_image]
-        if images:
-            others = ", ".join(k for k in space.spaces if k != images[0])
-            raise ConfigError(
-                "task.env_id",
-                f"{env_id!r} has a Dict observation space whose key {images[0]!r} holds images "
-                f"({space.spaces[images[0]]}) beside other keys ({others}): "
-                "images mixed with vectors are not supported; observe the image alone and give "
-                "the expert the rest as privileged state (task.expert.input: info.<key>)",
-            )
-    if not isinstance(space, gym.spaces.Box):
-        raise ConfigError(
-            "task.env_id",
-            f"{env_id!r} has observation space {space}: not supported (demo2rl supports Box "
-            "observations; flatten a Dict or Tuple space with "
-            "gymnasium.wrappers.FlattenObservation in your env's registration)",
-        )
-    if not np.issubdtype(space.dtype, np.number) or space.shape == () or 0 in space.shape:
-        raise ConfigError(
-            "task.env_id", f"{env_id!r} has observation space {space}: not supported (empty)"
-        )
-    kind = ObservationKind.of(space)
-    if kind.image or not kind.looks_like_image:
-        return
-    shape = "x".join(map(str, space.shape))
-    if space.dtype != np.uint8:
-        problem = (
-            f"{space.dtype} frames of shape {shape}: images must be uint8 in [0, 255], which "
-            "the network scales to [0, 1]; a float image's scale is unknown. Convert frames to "
-            "uint8 in your env (or, if these are not images, flatten them with "
-            "gymnasium.wrappers.FlattenObservation)"
-        )
-    elif len(space.shape) != 3:
-        problem = (
-            f"uint8 observations of shape {shape}: images must be HxWxC or CxHxW; stacked frames "
-            "belong in task.frame_stack, which stacks single frames along their channels"
-        )
-    elif np.any(space.low != 0) or np.any(space.high != 255):
-        problem = (
-            f"uint8 frames of shape {shape} with bounds other than [0, 255]: declare the "
-            "observation space as Box(0, 255, shape, np.uint8), as stable-baselines3 expects"
-        )
-    else:
-        problem = (
-            f"frames of shape {shape}: the channel axis must be the smallest, first (CxHxW) or "
-            "last (HxWxC), as stable-baselines3 tells channels; transpose them in your env"
-        )
-    raise ConfigError("task.env_id", f"{env_id!r} observes {problem}")
 
 
 def check_encoder(space: gym.Space, cnn: str) -> None:
@@ -261,67 +224,6 @@ def _expert_input(
             f"(got {value.dtype} of shape {value.shape} for {BATCH} envs)",
         )
     return value, f"info[{key!r}] values"
-
-
-def check_action_space(space: gym.Space, env_id: str) -> None:
-    """Continuous ``Box`` actions (float) or ``Discrete`` actions starting at 0 are supported."""
-    if isinstance(space, gym.spaces.Box) and np.issubdtype(space.dtype, np.floating):
-        return
-    if isinstance(space, gym.spaces.Discrete):
-        if int(space.start) != 0:
-            raise ConfigError(
-                "task.env_id",
-                f"{env_id!r} has action space {space}: not supported (Discrete actions must "
-                "start at 0, as stable-baselines3 expects)",
-            )
-        return
-    raise ConfigError(
-        "task.env_id",
-        f"{env_id!r} has action space {space}: not supported (demo2rl supports float Box and "
-        "Discrete actions)",
-    )
-
-
-def check_expert_actions(actions: Any, space: gym.Space, *, batch: int) -> None:
-    """The expert's answer to a batch of ``batch`` observations: an array of ``batch`` actions
-    of the action space's shape, of a fitting dtype, finite and within the space's bounds."""
-    key = "task.expert.entry_point"
-    try:
-        arr = np.asarray(actions)
-    except Exception as err:
-        raise ConfigError(key, f"the expert returned {type(actions).__name__}: {err}") from err
-    want = (batch, *space.shape)
-    if arr.shape != want:
-        raise ConfigError(
-            key,
-            f"the expert returned actions of shape {arr.shape} for a batch of {batch} "
-            f"observations; expected {want} for action space {space}",
-        )
-    if isinstance(space, gym.spaces.Discrete):
-        if not np.issubdtype(arr.dtype, np.integer):
-            raise ConfigError(
-                key,
-                f"the expert returned {arr.dtype} actions for action space {space}; "
-                "return integer action indices",
-            )
-        bad = (arr < space.start) | (arr >= space.start + space.n)
-        if bad.any():
-            raise ConfigError(
-                key, f"the expert returned action {arr[bad][0]}, outside action space {space}"
-            )
-        return
-    if not np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.complexfloating):
-        raise ConfigError(key, f"the expert returned {arr.dtype} actions; expected real numbers")
-    if not np.all(np.isfinite(arr)):
-        raise ConfigError(key, f"the expert returned non-finite actions: {arr.tolist()}")
-    low, high = np.broadcast_to(space.low, want), np.broadcast_to(space.high, want)
-    outside = (arr < low) | (arr > high)
-    if outside.any():
-        raise ConfigError(
-            key,
-            f"the expert returned action value {arr[outside][0]} outside the action space's "
-            f"bounds [{low[outside][0]}, {high[outside][0]}] ({space}); clip its actions",
-        )
 
 
 def resolve_arms(
@@ -380,38 +282,3 @@ def check_vec_env(rl_cfg: Mapping[str, Any], env_id: str, frame_stack: int = 1) 
             f"'native' with task.frame_stack {frame_stack}: a task's own VecEnv stacks no "
             "frames; use auto (picks dummy when stacking), dummy or subproc",
         )
-
-
-def _env_factory(env_id: str) -> Any:
-    """The callable ``gymnasium.make`` passes ``env_kwargs`` to (None if it cannot be read)."""
-    try:
-        return tasks.resolve_entry_point(tasks.env_spec(env_id).entry_point)
-    except tasks.TaskError:
-        return None
-
-
-def _check_kwargs(key: str, fn: Any, kwargs: Mapping[str, Any], what: str) -> None:
-    """Each of ``kwargs`` is a parameter ``fn`` takes (nothing to check if it takes ``**``)."""
-    params = tasks.parameters(fn) if fn is not None and kwargs else None
-    if params is None:  # nothing to check, or no signature to read: the call itself will tell
-        return
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return
-    takes = [n for n, p in params.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL]
-    if key == "task.env_kwargs":  # gymnasium.make's own keywords (max_episode_steps, ...)
-        takes += [n for n in inspect.signature(gym.make).parameters if n not in ("id", "kwargs")]
-    for name in kwargs:
-        if name not in takes:
-            raise ConfigError(
-                f"{key}.{name}", f"{what} takes no argument {name!r} (it takes: {', '.join(takes)})"
-            )
-
-
-def _describe(err: BaseException) -> str:
-    """``Type: message`` and where it was raised (the innermost frame; for a timeout, the line
-    the call was at when its time ran out), for one error line."""
-    frames = traceback.extract_tb(err.__traceback__)
-    if isinstance(err, deadline.UserCodeTimeout):  # raised by the alarm's handler: skip it
-        frames = [f for f in frames if f.filename != deadline.__file__]
-    where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
-    return f"{type(err).__name__}: {err}{where}"

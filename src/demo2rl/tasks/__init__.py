@@ -3,6 +3,10 @@
 Environment ids may use gymnasium's ``"package.module:EnvName-v0"`` form, which imports the module
 (and so registers the environment) before looking the id up. The built-in ``Racing-v0`` is
 registered by importing :mod:`demo2rl.envs`, which this module does.
+
+:mod:`~demo2rl.tasks.checks` holds what demo2rl needs of a task (its spaces, its expert's
+actions), checked before any job runs; :mod:`~demo2rl.tasks.deadline` bounds each call of a
+task's code in time.
 """
 
 from __future__ import annotations
@@ -27,7 +31,12 @@ PolicyFn = Callable[[np.ndarray], np.ndarray]
 
 
 class TaskError(ValueError):
-    """A task or expert specification that cannot be used."""
+    """A task or expert specification that cannot be used; ``key``, where known, is the config
+    key that sets it (:mod:`demo2rl.tasks.checks`)."""
+
+    def __init__(self, problem: str, key: str | None = None) -> None:
+        super().__init__(problem)
+        self.key = key
 
 
 def env_name(env_id: str) -> str:
