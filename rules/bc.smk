@@ -1,6 +1,6 @@
 rule train_bc:
     input:
-        unpack(job_inputs(lambda wc: ("clone",))),
+        unpack(job_inputs("clone")),
     output:
         policy=f"{{root}}/{names.CLONE}",
         metrics=f"{{root}}/{names.CLONE_METRICS}",

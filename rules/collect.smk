@@ -20,7 +20,7 @@ rule collect_shard:
 
 rule merge_demos:
     input:
-        unpack(job_inputs(lambda wc: ("demos",))),
+        unpack(job_inputs("demos")),
     output:
         out=f"{{root}}/{names.DEMOS}",
     log:

@@ -14,6 +14,7 @@ from snakemake.exceptions import WorkflowError
 
 from demo2rl import names
 from demo2rl.tracking import hooks
+from demo2rl.workflow import graph
 from demo2rl.workflow.plan import Plan, PlanError
 
 # the GPUs the invocation declares (`--resources gpu=N`, a cluster profile's), where `auto`
@@ -31,9 +32,10 @@ def from_variant(get):
     return lambda wildcards: get(PLAN.at(wildcards.root))
 
 
-def job_inputs(job):
-    """The inputs of a rule computing `job(wildcards)` (demo2rl.workflow.graph)."""
-    return lambda wc: PLAN.inputs(PLAN.at(wc.root), job(wc))
+def job_inputs(kind):
+    """The inputs of a rule computing the job of `kind` its wildcards name
+    (demo2rl.workflow.graph)."""
+    return lambda wc: PLAN.inputs(PLAN.at(wc.root), graph.KINDS[kind].job_of(wc))
 
 
 def variant_labels(**labels):

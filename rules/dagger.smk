@@ -6,7 +6,7 @@
 
 rule dagger_shard:
     input:
-        unpack(job_inputs(lambda wc: ("dagger_shard", wc.round, wc.shard))),
+        unpack(job_inputs("dagger_shard")),
     output:
         out=f"{{root}}/{names.DAGGER_SHARD}",
     log:
@@ -28,7 +28,7 @@ rule dagger_shard:
 
 rule aggregate_dagger:
     input:
-        unpack(job_inputs(lambda wc: ("aggregate", wc.round))),
+        unpack(job_inputs("aggregate")),
     output:
         out=f"{{root}}/{names.DAGGER_AGGREGATE}",
     log:
@@ -50,7 +50,7 @@ rule aggregate_dagger:
 
 rule train_dagger:
     input:
-        unpack(job_inputs(lambda wc: ("round", wc.round))),
+        unpack(job_inputs("round")),
     output:
         policy=f"{{root}}/{names.ROUND_CLONE}",
         metrics=f"{{root}}/{names.ROUND_METRICS}",

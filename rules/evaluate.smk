@@ -4,7 +4,7 @@
 
 rule evaluate:
     input:
-        unpack(job_inputs(lambda wc: ("evaluation", wc.policy))),
+        unpack(job_inputs("evaluation")),
     output:
         out=f"{{root}}/{names.EVALUATION}",
     log:

@@ -1,6 +1,6 @@
 rule train_rl:
     input:
-        unpack(job_inputs(lambda wc: ("rl", wc.arm, wc.seed))),
+        unpack(job_inputs("rl")),
     output:
         policy=f"{{root}}/{names.RL_CHECKPOINT}",
         progress=f"{{root}}/{names.RL_PROGRESS}",

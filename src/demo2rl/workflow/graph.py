@@ -52,6 +52,11 @@ class JobKind:
     output: str
     files: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
+    def job_of(self, wildcards: Any) -> Job:
+        """The job of this kind that a rule's ``wildcards`` name (its arguments are those of
+        :attr:`wildcards`)."""
+        return (self.name, *(getattr(wildcards, name) for name in self.wildcards))
+
     def wildcards_of(self, args: tuple[str, ...]) -> dict[str, str]:
         """A job's wildcards, by name, given its arguments."""
         return dict(zip(self.wildcards, args, strict=True))
