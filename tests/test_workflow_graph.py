@@ -7,6 +7,7 @@ import dataclasses
 from typing import ClassVar
 
 from conftest import REPO
+from snakemake.iocontainers import Wildcards
 
 from demo2rl import config, spec_fields
 from demo2rl.specs import registry
@@ -111,3 +112,13 @@ def test_a_new_kind_is_one_entry_and_the_sharing_follows_it(monkeypatch):
     assert share.owner("episodes", "clone") == "base"
     assert share.owner("episodes", "distill") == "episodes"
     assert share.owner("warm", "distill") == "base"
+
+
+def test_a_rule_names_its_job_by_the_kind_and_its_wildcards():
+    """A rule names the kind it computes (`job_inputs("rl")`); its wildcards give the job's
+    arguments in the kind's order, whatever else they hold (the variant's root)."""
+    wildcards = Wildcards(fromdict={"seed": "2", "root": "results/base", "arm": "bc"})
+    assert graph.KINDS["rl"].job_of(wildcards) == ("rl", "bc", "2")
+    shard = Wildcards(fromdict={"shard": "1", "round": "3", "root": "results/base"})
+    assert graph.KINDS["dagger_shard"].job_of(shard) == ("dagger_shard", "3", "1")
+    assert graph.KINDS["clone"].job_of(shard) == ("clone",)
