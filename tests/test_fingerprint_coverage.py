@@ -89,6 +89,8 @@ PACKAGE = {
             from ofp import typing_only
         else:
             from ofp import runtime_else
+        if not TYPE_CHECKING:
+            from ofp import runtime_unless_typing
 
         UNFINGERPRINTED_IMPORTS = {"ofp.drawing": "drawing only"}
         ENTRY = "ofp.entry:Env"  # a gymnasium entry point
@@ -119,6 +121,7 @@ PACKAGE = {
     "typing_only.py": "",
     "typing_only_in_function.py": "",
     "runtime_else.py": "",
+    "runtime_unless_typing.py": "",
     "entry.py": "",
     "in_function.py": "",
     "in_class.py": "",
@@ -137,6 +140,7 @@ RUN = {
     "ofp.sub.deep",
     "ofp.upward",
     "ofp.runtime_else",
+    "ofp.runtime_unless_typing",
     "ofp.entry",
     "ofp.in_function",
     "ofp.in_class",

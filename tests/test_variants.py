@@ -21,7 +21,7 @@ from mlflow.tracking import MlflowClient
 from test_rerun_matrix import dry_run_jobs, reads
 from test_reruns import assert_same, comparable
 
-from demo2rl import arms, config
+from demo2rl import arms, config, names
 from demo2rl.config import ConfigError
 from demo2rl.workflow import variants
 from demo2rl.workflow.plan import Plan, readers
@@ -52,6 +52,22 @@ def test_named_variants_are_sorted_and_grid_and_sample_follow():
         "rl": {"ppo": {"learning_rate": 0.003}},
     }
     assert all(got[f"sample-{i}"]["rl"]["n_envs"] in (4, 8, 16) for i in range(2))
+
+
+def test_a_mapping_in_a_grid_names_its_variant_whatever_its_key_order():
+    """A grid value that is a mapping names its variant with its keys sorted: the order a file
+    writes them in renames nothing, and the comparison across variants (which reads the
+    declaration as the jobs do, keys sorted) finds every variant's runs under its name."""
+
+    def named(kwargs):
+        return list(variants.declared({"grid": {"task.env_kwargs": [kwargs]}}))
+
+    name = "env_kwargs-grip-8.0-max_speed-25.0"
+    assert named({"max_speed": 25.0, "grip": 8.0}) == named({"grip": 8.0, "max_speed": 25.0})
+    assert named({"max_speed": 25.0, "grip": 8.0}) == [name]
+    grid = {"grid": {"task.env_kwargs": [{"max_speed": 25.0, "grip": 8.0}]}}
+    plan = Plan(BASE | {"variants": grid})
+    assert list(plan.variants) == list(plan.overrides) == [names.BASE_VARIANT, name]
 
 
 def test_a_sample_is_the_same_for_the_same_seed_and_differs_for_another():

@@ -175,10 +175,14 @@ def _dependencies(tree: ast.Module, module: str, is_package: bool) -> list[str]:
     return found
 
 
+_TYPE_CHECKING = ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+"""The tests of an ``if`` whose body never runs (``if not TYPE_CHECKING:`` runs its body)."""
+
+
 def _runtime_nodes(node: ast.AST) -> Iterator[ast.AST]:
     """The nodes under ``node`` that can run: all but the body of ``if TYPE_CHECKING:``."""
     for child in ast.iter_child_nodes(node):
-        if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+        if isinstance(child, ast.If) and ast.unparse(child.test) in _TYPE_CHECKING:
             for inner in child.orelse:
                 yield inner
                 yield from _runtime_nodes(inner)

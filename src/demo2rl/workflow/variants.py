@@ -137,10 +137,12 @@ def short_names(keys: Iterable[str]) -> dict[str, str]:
 
 
 def value_text(value: Any) -> str:
-    """A value as it appears in a variant's name: its JSON text, ``+`` dropped (``1e+20`` ->
+    """A value as it appears in a variant's name: its JSON text (a mapping's keys sorted, as the
+    config's are: the order a file writes them in names nothing), ``+`` dropped (``1e+20`` ->
     ``1e20``), runs of other characters than letters, digits, ``.``, ``_`` and ``-`` made one
     ``-`` (``[64, 64]`` -> ``64-64``)."""
-    text = (value if isinstance(value, str) else json.dumps(value)).replace("+", "")
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    text = text.replace("+", "")
     parts = re.split(r"[^A-Za-z0-9._-]+", text)
     return "-".join(p for p in parts if p) or "none"
 
