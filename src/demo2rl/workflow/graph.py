@@ -68,31 +68,26 @@ class JobKind:
         return f"{root}/{pattern.format(**self.wildcards_of(args))}"
 
 
-def final_clone(config: Mapping[str, Any]) -> Job:
-    """The clone the RL arms start from: the last DAgger round's, or the plain clone without
-    DAgger (``bc.dagger.rounds`` 0)."""
-    rounds = config["bc"]["dagger"]["rounds"]
+def clone_after(rounds: int) -> Job:
+    """The clone after ``rounds`` DAgger rounds: the last round's, or the plain clone (0). The RL
+    arms start from the clone after ``bc.dagger.rounds``; DAgger round ``r`` is driven by the
+    clone after ``r - 1``."""
     return ("round", str(rounds)) if rounds else ("clone",)
 
 
 def _rl_inputs(config: Mapping[str, Any], args: tuple[str, ...]) -> Reads:
     """Every arm reads the dataset (its normalisation statistics); an arm that uses the clone
-    (:meth:`demo2rl.arms.Arm.uses_clone`) reads it too: :func:`final_clone`."""
+    (:meth:`demo2rl.arms.Arm.uses_clone`) reads the clone after the last DAgger round too."""
     arm = args[0]
     inputs: Reads = {"demos": ("demos",)}
     if arms.get(arm).uses_clone(config["rl"]):
-        inputs["bc"] = final_clone(config)
+        inputs["bc"] = clone_after(config["bc"]["dagger"]["rounds"])
     return inputs
-
-
-def _previous_clone(r: int) -> Job:
-    """The clone that drives DAgger round ``r``: the last round's (round 1: the plain clone)."""
-    return ("clone",) if r == 1 else ("round", str(r - 1))
 
 
 def _shard_inputs(config: Mapping[str, Any], args: tuple[str, ...]) -> Reads:
     """A DAgger shard is driven by the last clone, and its episodes continue the dataset's."""
-    return {"clone": _previous_clone(int(args[0])), "demos": ("demos",)}
+    return {"clone": clone_after(int(args[0]) - 1), "demos": ("demos",)}
 
 
 def _aggregate_inputs(config: Mapping[str, Any], args: tuple[str, ...]) -> Reads:

@@ -115,19 +115,12 @@ def resolve(name: str, cfg: dict[str, Any], gpus: int | None = None) -> dict[str
             "rl": {k: cfg["rl"][k] for k in ("arms", "vec_env")},
         }
         found = _probed(json.dumps(probe_input, sort_keys=True))
+        if cfg["collect"]["source"] != config.EXPERT_SOURCE:  # a dataset to import: its spaces
+            source = sources.resolve(cfg["collect"]["source"])
+            sources.check_spaces(source, found.observation_space, found.action_space)
     except config.ConfigError as err:
         where = "" if name == names.BASE_VARIANT else f"variant {name!r}: "
         raise PlanError(f"{where}{err}") from None
-    if cfg["collect"]["source"] != config.EXPERT_SOURCE:  # a dataset to import: its spaces
-        try:
-            sources.check_spaces(
-                sources.resolve(cfg["collect"]["source"]),
-                found.observation_space,
-                found.action_space,
-            )
-        except config.ConfigError as err:
-            where = "" if name == names.BASE_VARIANT else f"variant {name!r}: "
-            raise PlanError(f"{where}{err}") from None
     # `rl.arms: all`: every arm that applies to the task (the probe says which, and logs why an
     # arm is left out); an explicit list is checked by the probe and kept as it is
     cfg["rl"]["arms"] = list(found.arms)
@@ -180,9 +173,7 @@ class Variant:
         self.name = name
         self.config = cfg
         self.root = names.variant_root(results, name)
-        # the sections the rules read themselves (each job gets the one or two numbers it uses)
         self.collect = config.CollectConfig.of(cfg["collect"])
-        self.evaluate = config.EvaluateConfig.of(cfg["evaluate"])
         self.dagger = config.DaggerConfig.of(cfg["bc"]["dagger"])
         self.rounds = list(range(1, self.dagger.rounds + 1))
         """The DAgger rounds (none without DAgger)."""
