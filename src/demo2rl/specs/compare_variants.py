@@ -13,7 +13,9 @@ from demo2rl.spec_fields import path, result
 class CompareJob:
     """Every config variant against the base, per policy group (rule compare_variants).
 
-    :param overrides: each variant, the base first, with its overrides as declared.
+    :param overrides: each variant, the base first, with its overrides as declared. It reads
+        ``variants.sample.seed`` and ``.ranges`` too where ``variants.sample.n`` > 0 (the
+        declaration names what it reads in every config; Snakemake reruns on the value).
     :param progress_runs: the ``[variant, policy]`` of each of ``progress``, in their order.
     :param bootstrap_reps: bootstrap resamples of each interval (the base's setting).
     :param confidence: the intervals' confidence level (the base's).
