@@ -25,9 +25,9 @@ rule train_bc:
 
 rule plot_bc:
     input:
-        f"{{root}}/{names.CLONE_METRICS}",
+        metrics=f"{{root}}/{names.CLONE_METRICS}",
     output:
-        report(
+        out=report(
             "{root}/bc/loss.png",
             caption="../report/bc_loss.rst",
             category="Behaviour cloning",
@@ -43,4 +43,4 @@ rule plot_bc:
     params:
         **PLAN.params("plot_bc"),
     script:
-        "../scripts/plot_bc.py"
+        "../scripts/run_stage.py"

@@ -49,7 +49,7 @@ rule summarize:
 
 rule plot_summary:
     input:
-        f"{REPORT}/summary.json",
+        summary_json=f"{REPORT}/summary.json",
     output:
         curves_png=report(
             f"{REPORT}/{SUMMARY_FIGURES['curves_png']}",
@@ -74,7 +74,7 @@ rule plot_summary:
     params:
         **PLAN.params("plot_summary"),
     script:
-        "../scripts/plot_summary.py"
+        "../scripts/run_stage.py"
 
 
 rule plot_racing:
@@ -104,7 +104,7 @@ rule plot_racing:
     params:
         **PLAN.params("plot_racing"),
     script:
-        "../scripts/plot_racing.py"
+        "../scripts/run_stage.py"
 
 
 # the comparison across variants (when the config declares any): numbers, then the figure
@@ -151,4 +151,4 @@ rule plot_variants:
     params:
         **PLAN.params("plot_variants"),
     script:
-        "../scripts/plot_variants.py"
+        "../scripts/run_stage.py"

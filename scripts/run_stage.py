@@ -1,5 +1,5 @@
-"""Every heavy rule's script: the rule's stage on its job spec, both named by the rule
-(demo2rl.specs.registry), with the job's log and MLflow run (demo2rl.workflow.runner)."""
+"""Every rule's script: the rule's stage (demo2rl.specs.registry) on its job spec, or for a plot
+on its named files, with the job's log and MLflow run (demo2rl.workflow.runner)."""
 
 from demo2rl.workflow.runner import run_rule
 

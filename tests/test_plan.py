@@ -137,9 +137,10 @@ def test_a_heavy_rules_stage_is_the_function_of_its_name_in_the_module_of_its_na
     assert list(inspect.signature(stage).parameters)[:2] == ["job", "run"]
 
 
-def test_a_rule_that_is_not_heavy_has_no_stage_and_the_error_names_the_heavy_ones():
-    with pytest.raises(KeyError, match="'plot_bc' is no heavy rule .*train_rl"):
-        runner.stage("plot_bc")
+def test_a_rule_that_runs_no_stage_has_none_and_the_error_names_those_that_do():
+    assert runner.stage("plot_bc").__module__ == "demo2rl.stages.plot_bc"
+    with pytest.raises(KeyError, match="'export' runs no stage .*plot_bc.*train_rl"):
+        runner.stage("export")
 
 
 @pytest.mark.parametrize("rule", sorted(registry.SPECS))

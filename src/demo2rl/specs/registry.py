@@ -3,10 +3,9 @@ the order the workflow runs them in; what the Plan, the runner and the rerun tes
 (stages import their own spec's module only).
 
 A rule's stage is the function of the rule's name in the module of that name under
-:mod:`demo2rl.stages` (:func:`stage_module`), where its code fingerprint starts: every heavy
-rule runs it through the one script, scripts/run_stage.py
-(:func:`demo2rl.workflow.runner.stage` imports it at job time); a plot's script calls its stage
-itself.
+:mod:`demo2rl.stages` (:func:`stage_module`), where its code fingerprint starts: every rule runs
+it through the one script, scripts/run_stage.py (:func:`demo2rl.workflow.runner.stage` imports
+it at job time).
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ from demo2rl.specs import (
 
 @dataclasses.dataclass(frozen=True)
 class Plot:
-    """A plotting rule: it has no job spec (its script hands the stage its files), reruns on its
+    """A plotting rule: it has no job spec (its stage gets the rule's named files), reruns on its
     code (and the arms' looks, where it shows arms), and what it draws:
 
     :param task_code: whether its code fingerprint covers the task's env and expert too (as a

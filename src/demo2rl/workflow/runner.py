@@ -1,8 +1,7 @@
-"""Glue shared by the Snakemake scripts: logging to the rule's log file and the job's MLflow run.
-
-Scripts stay thin: every heavy rule runs scripts/run_stage.py, one call of :func:`run_rule` (the
-rule's job spec built from the ``snakemake`` object, handed to its stage); a plot's script calls
-its stage inside :func:`job`.
+"""The job glue: every rule that runs a stage runs scripts/run_stage.py, one call of
+:func:`run_rule`, which hands the rule's stage its job spec (a heavy rule's, built from the
+``snakemake`` object) or its named files (a plot's), with logging to the rule's log file and the
+job's MLflow run (:func:`job`).
 """
 
 from __future__ import annotations
@@ -42,19 +41,23 @@ def setup_logging(path: str | None) -> None:
     logging.captureWarnings(True)
 
 
-def stage(rule: str) -> Callable[[Any, Any], Any]:
-    """The stage of heavy rule ``rule``: ``stage(spec, run)``, imported at job time (the Plan
-    reads the specs only; a stage imports what its job needs, torch included)."""
-    if rule not in registry.SPECS:
-        raise KeyError(f"{rule!r} is no heavy rule (they are: {', '.join(registry.SPECS)})")
+def stage(rule: str) -> Callable[..., Any]:
+    """The stage of ``rule``, imported at job time (the Plan reads the specs only; a stage
+    imports what its job needs, torch included): a heavy rule's ``stage(spec, run)``, a plot's
+    ``stage(**files, run)``."""
+    if rule not in registry.RULES:
+        raise KeyError(f"{rule!r} runs no stage (the rules that do: {', '.join(registry.RULES)})")
     return getattr(importlib.import_module(registry.stage_module(rule)), rule)
 
 
 def run_rule(smk: Any) -> Any:
-    """Run a heavy rule's stage (:func:`stage`) on its job spec
-    (:data:`demo2rl.specs.registry.SPECS`, built from the ``snakemake`` object), inside
-    :func:`job`: every heavy rule's script. A stage's exception with an ``exit_code`` (an RL
-    run stopped by SIGTERM, its checkpoint saved) ends the job with that status."""
+    """Run the rule's stage (:func:`stage`) inside :func:`job`: every rule's script. A heavy
+    rule's stage gets its job spec (:data:`demo2rl.specs.registry.SPECS`, built from the
+    ``snakemake`` object), a plot's its named input and output files (:func:`draw`). A stage's
+    exception with an ``exit_code`` (an RL run stopped by SIGTERM, its checkpoint saved) ends
+    the job with that status."""
+    if smk.rule in registry.PLOTS:
+        return draw(smk)
     spec_type = registry.SPECS[smk.rule]
     try:
         spec = spec_fields.build(spec_type, smk)
@@ -72,6 +75,15 @@ def run_rule(smk: Any) -> Any:
             raise
         print(f"{stop}; rerun the workflow to resume", file=sys.stderr)
         sys.exit(code)
+
+
+def draw(smk: Any) -> None:
+    """A plotting rule's stage on its named input and output files (a list of files stays a
+    list), in the job's run named after the rule (plot_bc: ``plot-bc``)."""
+    files = [*smk.input.items(), *smk.output.items()]
+    named = {k: v if isinstance(v, str) else list(v) for k, v in files}
+    with job(smk, stage="plot", run_name=smk.rule.replace("_", "-")) as run:
+        stage(smk.rule)(**named, run=run)
 
 
 @contextlib.contextmanager
