@@ -199,12 +199,9 @@ def flatten(overrides: Mapping[str, Any], leaves: Mapping[str, Any], prefix: str
     return keys
 
 
-# --------------------------------------------------------------------------------------------
-# which jobs a variant shares
-
-
 def schema_leaves(node: Mapping[str, Any], prefix: str = "") -> dict[str, dict[str, Any]]:
-    """Dotted key -> schema entry of every leaf key of the config schema."""
+    """Dotted key -> schema entry of every leaf key of the config schema (what a variant may
+    override)."""
     out = {}
     for name, sub in node.get("properties", {}).items():
         if "properties" in sub:
@@ -212,6 +209,10 @@ def schema_leaves(node: Mapping[str, Any], prefix: str = "") -> dict[str, dict[s
         else:
             out[f"{prefix}{name}"] = sub
     return out
+
+
+# --------------------------------------------------------------------------------------------
+# which jobs a variant shares
 
 
 class Sharing:
