@@ -35,7 +35,8 @@ def from_variant(get):
 def job_inputs(kind):
     """The inputs of a rule computing the job of `kind` its wildcards name
     (demo2rl.workflow.graph)."""
-    return lambda wc: PLAN.inputs(PLAN.at(wc.root), graph.KINDS[kind].job_of(wc))
+    job_kind = graph.KINDS[kind]  # (a misspelt kind fails as the rule is parsed)
+    return lambda wc: PLAN.inputs(PLAN.at(wc.root), job_kind.job_of(wc))
 
 
 def variant_labels(**labels):

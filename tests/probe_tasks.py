@@ -68,7 +68,19 @@ class SmallFramesEnv(_Tiny):
     observation_space = _frames((16, 16, 1))
 
 
+class KeyedError(Exception):
+    """An error of a user's code that carries a ``key`` of its own (as omegaconf's do)."""
+
+    key = "model.depth"
+
+
+class KeyedFailureEnv(_Tiny):
+    def __init__(self):
+        raise KeyedError("no such node")
+
+
 gym.register(id="DictObs-v0", entry_point=DictObsEnv)
+gym.register(id="KeyedFailure-v0", entry_point=KeyedFailureEnv)
 gym.register(id="MultiDiscrete-v0", entry_point=MultiDiscreteEnv)
 for _name, _env in [
     ("FloatImage", FloatImageEnv),

@@ -74,6 +74,7 @@ PACKAGE = {
     "env.py": """
         from __future__ import annotations
 
+        import typing as t
         from typing import TYPE_CHECKING
 
         import numpy  # installed: not followed
@@ -91,6 +92,8 @@ PACKAGE = {
             from ofp import runtime_else
         if not TYPE_CHECKING:
             from ofp import runtime_unless_typing
+        if t.TYPE_CHECKING:
+            from ofp import typing_only_by_attribute
 
         UNFINGERPRINTED_IMPORTS = {"ofp.drawing": "drawing only"}
         ENTRY = "ofp.entry:Env"  # a gymnasium entry point
@@ -119,6 +122,7 @@ PACKAGE = {
     "sub/deep.py": "from .. import upward  # two levels up\n",
     "upward.py": "",
     "typing_only.py": "",
+    "typing_only_by_attribute.py": "",
     "typing_only_in_function.py": "",
     "runtime_else.py": "",
     "runtime_unless_typing.py": "",

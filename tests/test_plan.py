@@ -25,7 +25,7 @@ from snakemake.iocontainers import (
 
 from demo2rl import arms, config, spec_fields
 from demo2rl.specs import registry
-from demo2rl.workflow import runner
+from demo2rl.workflow import graph, runner
 from demo2rl.workflow.plan import Plan, PlanError
 
 TEST = config.load(REPO / "config" / "test.yaml")
@@ -135,6 +135,40 @@ def test_a_heavy_rules_stage_is_the_function_of_its_name_in_the_module_of_its_na
     assert stage.__name__ == rule
     assert stage.__module__ == registry.stage_module(rule) == f"demo2rl.stages.{rule}"
     assert list(inspect.signature(stage).parameters)[:2] == ["job", "run"]
+
+
+def rule_block(rule: str) -> str:
+    """The text of ``rule``'s block in rules/*.smk."""
+    text = "\n".join(p.read_text() for p in sorted((REPO / "rules").glob("*.smk")))
+    found = re.search(rf"^rule {rule}:\n(.*?)(?=^\S|\Z)", text, re.M | re.S)
+    assert found, f"no rule {rule} in rules/*.smk"
+    return found.group(1)
+
+
+def named_files(rule: str, section: str) -> list[str]:
+    """The names of ``rule``'s ``input:`` or ``output:`` entries; an unnamed one fails."""
+    found = re.search(rf"^    {section}:\n((?:        .*\n|\n)*)", rule_block(rule), re.M)
+    entries = re.findall(r"^        ([^\s)].*)$", found.group(1) if found else "", re.M)
+    names = [re.match(r"(\w+)=", e) for e in entries]
+    assert all(names), f"rule {rule}: unnamed {section} entries {entries}"
+    return [n.group(1) for n in names]
+
+
+@pytest.mark.parametrize("rule", sorted(registry.PLOTS))
+def test_a_plots_stage_takes_exactly_its_rules_named_files(rule):
+    """The runner hands a plot's stage its rule's named input and output files (runner.draw):
+    the stage's keyword parameters, ``run`` aside, are those names, none twice."""
+    files = named_files(rule, "input") + named_files(rule, "output")
+    params = set(inspect.signature(runner.stage(rule)).parameters) - {"run"}
+    assert sorted(files) == sorted(params)
+    assert '"../scripts/run_stage.py"' in rule_block(rule)
+
+
+@pytest.mark.parametrize("rule", sorted(registry.SPECS))
+def test_a_rule_that_reads_the_job_graph_computes_the_kind_it_names(rule):
+    """``job_inputs("<kind>")`` in a rule names a kind that the rule computes."""
+    for kind in re.findall(r'job_inputs\("(\w+)"\)', rule_block(rule)):
+        assert rule in graph.KINDS[kind].rules, f"rule {rule} reads the inputs of {kind}"
 
 
 def test_a_rule_that_runs_no_stage_has_none_and_the_error_names_those_that_do():

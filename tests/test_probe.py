@@ -118,6 +118,18 @@ BAD = {
         "task.env_id",
         ["float32 frames of shape 32x32x3", "must be uint8 in [0, 255]", "FlattenObservation"],
     ),
+    "float images, frames to stack (checked before stacking)": (
+        config_with(
+            env_id="probe_tasks:FloatImage-v0", expert="probe_tasks:one_action", frame_stack=2
+        ),
+        "task.env_id",
+        ["float32 frames of shape 32x32x3", "must be uint8 in [0, 255]"],
+    ),
+    "an env whose constructor raises an error that carries a key of its own": (
+        config_with(env_id="probe_tasks:KeyedFailure-v0", expert="probe_tasks:one_action"),
+        "task.env_kwargs",
+        ["making 'probe_tasks:KeyedFailure-v0' failed: KeyedError: no such node"],
+    ),
     "frames stacked by the env": (
         config_with(env_id="probe_tasks:StackedFrames-v0", expert="probe_tasks:one_action"),
         "task.env_id",

@@ -233,7 +233,7 @@ the evaluations) and BC's threads to."""
 SPY = """\
 # Loaded by every Python process of the rerun (it is sitecustomize on their PYTHONPATH): in the
 # jobs of the rules below, records the envs of each rollout and the torch threads BC sets. A
-# heavy rule's job runs scripts/run_stage.py (as .snakemake/scripts/tmp<random>.run_stage.py);
+# rule's job runs scripts/run_stage.py (as .snakemake/scripts/tmp<random>.run_stage.py);
 # its rule is the snakemake object's, which run_rule is handed.
 import json, os, sys
 

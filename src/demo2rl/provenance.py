@@ -175,14 +175,17 @@ def _dependencies(tree: ast.Module, module: str, is_package: bool) -> list[str]:
     return found
 
 
-_TYPE_CHECKING = ("TYPE_CHECKING", "typing.TYPE_CHECKING")
-"""The tests of an ``if`` whose body never runs (``if not TYPE_CHECKING:`` runs its body)."""
+def _is_type_checking(test: ast.expr) -> bool:
+    """Whether an ``if``'s test is ``TYPE_CHECKING`` (or ``typing.TYPE_CHECKING``, under any
+    name of the module) alone: its body never runs (``if not TYPE_CHECKING:``'s does)."""
+    name = test.id if isinstance(test, ast.Name) else getattr(test, "attr", None)
+    return isinstance(test, (ast.Name, ast.Attribute)) and name == "TYPE_CHECKING"
 
 
 def _runtime_nodes(node: ast.AST) -> Iterator[ast.AST]:
     """The nodes under ``node`` that can run: all but the body of ``if TYPE_CHECKING:``."""
     for child in ast.iter_child_nodes(node):
-        if isinstance(child, ast.If) and ast.unparse(child.test) in _TYPE_CHECKING:
+        if isinstance(child, ast.If) and _is_type_checking(child.test):
             for inner in child.orelse:
                 yield inner
                 yield from _runtime_nodes(inner)

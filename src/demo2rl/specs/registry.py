@@ -3,9 +3,9 @@ the order the workflow runs them in; what the Plan, the runner and the rerun tes
 (stages import their own spec's module only).
 
 A rule's stage is the function of the rule's name in the module of that name under
-:mod:`demo2rl.stages` (:func:`stage_module`), where its code fingerprint starts: every rule runs
-it through the one script, scripts/run_stage.py (:func:`demo2rl.workflow.runner.stage` imports
-it at job time).
+:mod:`demo2rl.stages` (:func:`stage_module`), where its code fingerprint starts: each of these
+rules runs it through the one script, scripts/run_stage.py
+(:func:`demo2rl.workflow.runner.stage` imports it at job time).
 """
 
 from __future__ import annotations

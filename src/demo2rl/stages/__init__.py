@@ -1,7 +1,7 @@
 """The workflow's stages as plain functions: library calls in order, plus what each logs.
 
-Each Snakemake script reads its inputs, outputs and params and calls one function here; the same
-functions run without Snakemake (tests, notebooks). ``run`` is the job's tracking run. One module
-per rule, named after it, importing only what that rule runs: a rule's code fingerprint covers
-exactly its own code (see tests/test_rerun_matrix.py).
+The job glue (:mod:`demo2rl.workflow.runner`) hands each one its rule's job spec (a plot: its
+named files) and calls it; the same functions run without Snakemake (tests, notebooks). ``run``
+is the job's tracking run. One module per rule, named after it, importing only what that rule
+runs: a rule's code fingerprint covers exactly its own code (see tests/test_rerun_matrix.py).
 """

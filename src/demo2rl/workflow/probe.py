@@ -74,12 +74,15 @@ def probe_task(config: Mapping[str, Any]) -> Probe:
     except tasks.TaskError as err:
         if err.key is None:
             raise
-        raise ConfigError(err.key, str(err)) from None
+        raise ConfigError(err.key, str(err)) from err.__cause__
 
 
 def _refusal(err: Exception) -> bool:
-    """Whether ``err`` is a check's refusal that names its config key (passed on as it is)."""
-    return isinstance(err, ConfigError) or getattr(err, "key", None) is not None
+    """Whether ``err`` is a check's refusal that names its config key (passed on as it is),
+    not an error of the user's code."""
+    return isinstance(err, ConfigError) or (
+        isinstance(err, tasks.TaskError) and err.key is not None
+    )
 
 
 def _probe(config: Mapping[str, Any]) -> Probe:
