@@ -102,6 +102,7 @@ def summarize_job(root: Path, variant: str = "base") -> tuple[str, dict]:
         curve_runs=list(curves),
         budgets={},
         arm_looks={},
+        metric_labels={},
         evaluations=evaluations,
         curves=list(curves.values()),
         progress=progress,

@@ -95,6 +95,7 @@ def write_variant(root: Path, returns: Mapping[str, np.ndarray], tracks: list[in
         curve_runs=list(paths["curves"]),
         budgets={},
         arm_looks={},
+        metric_labels={},
         evaluations=paths["evaluations"],
         curves=list(paths["curves"].values()),
         progress=[paths["progress"][policy] for policy in paths["curves"]],

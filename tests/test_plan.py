@@ -83,7 +83,7 @@ def test_the_final_targets_are_every_variants_results_and_their_comparison(plan)
 
 
 def test_only_a_replayed_task_has_the_replay_figures():
-    """The racing task's report replays held-out episodes (demo2rl.envs.REPLAYED); another
+    """The racing task's report replays held-out episodes (demo2rl.envs.capabilities); another
     task's has the summary's figures alone."""
     cartpole = Plan(config.load(REPO / "config" / "cartpole.yaml")).final_targets()
     assert any(t.endswith("/report/plots/learning_curves.png") for t in cartpole), cartpole

@@ -4,6 +4,7 @@ writes (recomputed from its evaluation JSONs), with evaluation seeds disjoint fr
 from __future__ import annotations
 
 import contextlib
+import copy
 import csv
 import json
 import re
@@ -27,6 +28,7 @@ from demo2rl.learning import evaluation
 from demo2rl.report import groups, summary
 from demo2rl.report import racing_replay as replay
 from demo2rl.specs.summarize import SummarizeJob
+from demo2rl.workflow.plan import Plan
 
 CONFIG = yaml.safe_load(TEST_CONFIG.read_text())
 EXP = CONFIG["experiment"]
@@ -441,7 +443,8 @@ def test_summary_refuses_records_on_different_tracks():
 
 def test_lap_times_average_completed_laps_only():
     recs = [record("expert", [1, 2, 3], lap_time=[30.0, None, 32.0], lap_completed=[1, 0, 1])]
-    out = summary.summarize(recs, reps=100, confidence=0.95, seed=0)
+    labels = {"lap_time": "lap time (s)", "lap_completed": "episodes with a lap"}
+    out = summary.summarize(recs, reps=100, confidence=0.95, seed=0, labels=labels)
     assert out["groups"]["expert"]["metrics"]["lap_time"] == pytest.approx(31.0)
     assert out["groups"]["expert"]["metrics"]["lap_completed"] == pytest.approx(2 / 3)
 
@@ -936,6 +939,7 @@ def summarize_job(out, evals, curves, progress, figures, budgets):
         curve_runs=list(curves),
         budgets=budgets,
         arm_looks={},
+        metric_labels={},
         evaluations=evals,
         curves=list(curves.values()),
         progress=[progress[name] for name in curves],
@@ -944,3 +948,28 @@ def summarize_job(out, evals, curves, progress, figures, budgets):
         summary_md=str(out / "summary.md"),
         **{k: str(out / f"{k}.csv") for k in TABLES},
     )
+
+
+def test_a_tasks_registered_metrics_reach_its_evaluations_plan_and_summary():
+    """A user's package registers per-episode metrics of its task (tests/user_tasks.py): the
+    evaluations record them, the plan gives their labels to the summary, which tabulates them."""
+    task = configs.task("user_tasks:RegisteredMetrics-v0")
+    ev = evaluation.evaluate(
+        task, lambda obs: np.zeros((len(obs), 1), np.float32), range(8), n_envs=2
+    )
+    assert list(ev.episodes) == ["seed", "return", "length", "distance", "reached"]
+    assert set(ev.episodes["reached"]) == {0.0, 1.0}  # reward 1: exactly when it got there
+    np.testing.assert_array_equal(ev.episodes["reached"], ev.episodes["return"])
+    assert np.all(ev.episodes["distance"][ev.episodes["reached"] == 1] <= 0)
+
+    cfg = copy.deepcopy(CONFIG)
+    cfg["task"] |= {"env_id": "user_tasks:RegisteredMetrics-v0", "env_kwargs": {}}
+    cfg["task"]["expert"] |= {"entry_point": "user_tasks:zero_expert", "kwargs": {}}
+    labels = Plan(config.load(cfg)).base.metric_labels
+    assert labels == {"distance": "distance left", "reached": "episodes reached"}
+
+    episodes = {k: v.tolist() for k, v in ev.episodes.items()}
+    records = [{"policy": p, "episodes": episodes} for p in (names.EXPERT, names.BC)]
+    result = summary.summarize(records, labels=labels, **BOOTSTRAP)
+    assert result["metrics"] == summary.METRICS | labels
+    assert result["groups"][names.BC]["metrics"]["reached"] == np.mean(episodes["reached"])

@@ -8,6 +8,8 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
+from demo2rl.envs import capabilities
+
 
 class NanObsEnv(gym.Env):
     """A broken user task: its observation turns NaN after a few steps."""
@@ -83,6 +85,28 @@ class SparseGoalEnv(gym.Env):
 
 
 gym.register(id="SparseGoal-v0", entry_point=SparseGoalEnv)
+
+
+class RegisteredMetricsEnv(SparseGoalEnv):
+    """SparseGoal reaching a near goal, reporting in its info how far it is from the goal and,
+    once reached, when; its package registers both as per-episode metrics."""
+
+    def step(self, action):
+        obs, reward, reached, truncated, _ = super().step(action)
+        info = {"distance": self.goal - float(self.state[0])}
+        if reached:
+            info["reached_at"] = float(self.t)
+        return obs, reward, reached, truncated, info
+
+
+gym.register(id="RegisteredMetrics-v0", entry_point=RegisteredMetricsEnv, kwargs={"goal": 0.2})
+capabilities.register(
+    "RegisteredMetrics-v0",
+    metrics={
+        "distance": capabilities.Metric("info.distance", label="distance left"),
+        "reached": capabilities.Metric("info.reached_at", label="episodes reached", finite=True),
+    },
+)
 
 
 def hold_expert(obs: np.ndarray) -> np.ndarray:

@@ -15,18 +15,10 @@ import numpy as np
 
 from demo2rl import seeds, tasks
 from demo2rl.demos import rollout
+from demo2rl.envs import capabilities
 
 if TYPE_CHECKING:
     from demo2rl.config import TaskConfig
-
-TASK_METRICS: dict[str, str] = {
-    "lap_time": "info.lap_time",  # s, time of the first lap; NaN when no lap was completed
-    "avg_speed": "info.speed.mean",  # m/s, mean over the episode's steps
-    "off_track_rate": "info.off_track.mean",  # fraction of the episode's steps off the track
-    "laps": "info.laps",  # laps completed
-}
-"""Named per-episode metrics and the values they come from; a task has those whose sources it
-reports in its info (Racing-v0 has all of them, most classic-control tasks none)."""
 
 
 def heldout_seeds(base_seed: int, n_episodes: int) -> list[int]:
@@ -45,14 +37,13 @@ class Evaluation:
     training, or ``final``, the evaluate stage's record."""
 
     episodes: dict[str, np.ndarray]
-    """Per episode: ``seed``, ``return``, ``length`` and those of the task's
-    :data:`TASK_METRICS` whose sources were recorded (with a lap time, ``lap_completed``: 1.0 or
-    0.0, whether the episode finished a lap)."""
+    """Per episode: ``seed``, ``return``, ``length`` and those of the metrics the task registers
+    (:mod:`demo2rl.envs.capabilities`) whose sources were recorded."""
     info: dict[str, np.ndarray]
     """Per episode: every numeric info value at the end (``<key>``) and, in a final evaluation,
     its step mean (``<key>.mean``)."""
     first_actions: np.ndarray | None = None
-    """The actions of the first episode, in order (:func:`replay_racing` drives it again); a
+    """The actions of the first episode, in order (a replay of the report drives it again); a
     final evaluation's only."""
 
     def means(self) -> dict[str, float]:
@@ -65,7 +56,7 @@ class Evaluation:
         """``return_mean``, ``return_std``, ``length_mean`` and the mean of every value in
         :attr:`info` under its own name (``<key>_mean``, NaN-aware, as :meth:`means`): the
         metrics of the held-out checks during training (RL's ``evaluations.csv``), named by the
-        task's info keys rather than by :data:`TASK_METRICS`."""
+        task's info keys rather than by its registered metrics."""
         table = {k: self.episodes[k] for k in ("seed", "return", "length")}
         return _means(table | {f"info.{k}": v for k, v in self.info.items()})
 
@@ -95,26 +86,32 @@ def evaluate(
         policy_input=policy_input,
         keep_observations=False,
     )
+    metrics = capabilities.of(task.env_id).metrics
     if not final:
-        return _evaluation(episodes, info)
+        return _evaluation(episodes, info, metrics)
     start, length = int(episodes["start"][0]), int(episodes["length"][0])
-    return _evaluation(episodes, info, np.asarray(steps["actions"][start : start + length]))
+    first = np.asarray(steps["actions"][start : start + length])
+    return _evaluation(episodes, info, metrics, first)
 
 
 def _evaluation(
     episodes: Mapping[str, np.ndarray],
     info: Mapping[str, np.ndarray],
+    metrics: Mapping[str, capabilities.Metric],
     first_actions: np.ndarray | None = None,
 ) -> Evaluation:
-    """The :class:`Evaluation` of :func:`demo2rl.demos.rollout.run_episodes`' episodes and info."""
+    """The :class:`Evaluation` of :func:`demo2rl.demos.rollout.run_episodes`' episodes and info,
+    with the task's ``metrics`` whose sources the info has."""
     raw = {f"info.{k}": np.asarray(v, dtype=np.float64) for k, v in info.items()}
     named = {
         "seed": episodes["seed"],
         "return": episodes["return"],
         "length": episodes["length"],
-    } | {name: raw[src] for name, src in TASK_METRICS.items() if src in raw}
-    if "lap_time" in named:
-        named["lap_completed"] = np.isfinite(named["lap_time"]).astype(np.float64)
+    }
+    for name, metric in metrics.items():
+        if metric.source in raw:
+            value = raw[metric.source]
+            named[name] = np.isfinite(value).astype(np.float64) if metric.finite else value
     return Evaluation(
         episodes=named,
         info={k.removeprefix("info."): v for k, v in raw.items()},
@@ -123,8 +120,8 @@ def _evaluation(
 
 
 def _means(table: Mapping[str, np.ndarray]) -> dict[str, float]:
-    """Means over episodes (NaN-aware for values such as lap time), plus the return's std; an
-    ``info.`` prefix is dropped from the names."""
+    """Means over episodes (NaN-aware: a value the episode never reached is NaN), plus the
+    return's std; an ``info.`` prefix is dropped from the names."""
     out = {
         "return_mean": float(np.mean(table["return"])),
         "return_std": float(np.std(table["return"])),

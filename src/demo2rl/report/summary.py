@@ -59,16 +59,9 @@ from demo2rl.report.groups import (
 )
 
 __all__ = ["all_groups", "comparison_key", "label", "policy_group"]  # re-exported: what is compared
-METRICS = {
-    "return": "return",
-    "length": "episode length (steps)",
-    "lap_time": "lap time (s)",
-    "lap_completed": "episodes with a lap",
-    "avg_speed": "average speed (m/s)",
-    "off_track_rate": "off-track rate",
-    "laps": "laps",
-}
-"""Per-episode metrics summarised when every evaluation has them, with their labels."""
+METRICS = {"return": "return", "length": "episode length (steps)"}
+"""The per-episode metrics of every task, with their labels; a task's own follow them
+(:mod:`demo2rl.envs.capabilities`)."""
 CURVE_REPS = 2000
 """Bootstrap replicates of a learning-curve band: a picture's shading, not a reported interval
 (those use ``evaluate.bootstrap_reps``)."""
@@ -403,12 +396,14 @@ def summarize(
     reps: int,
     confidence: float,
     seed: int,
+    labels: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The comparison of evaluated policies: what ``summary.json`` holds.
 
     ``records`` are evaluation records (``policy`` name and per-episode ``episodes`` arrays, one
     episode per held-out track, the same tracks for all). Per group: runs, mean and IQM of the
-    return with intervals, and the means of the other metrics; P(X > Y) for
+    return with intervals, and the means of the other metrics (:data:`METRICS` and the task's,
+    ``labels``: name -> label, those that every record has); P(X > Y) for
     :func:`demo2rl.report.groups.comparisons`; per run its mean return and metrics; and the best RL
     run.
     """
@@ -424,7 +419,8 @@ def summarize(
     order = all_groups()
     for rec in sorted(records, key=lambda r: (order.index(policy_group(r["policy"])), _seed(r))):
         groups.setdefault(policy_group(rec["policy"]), []).append(rec)
-    names = [m for m in METRICS if all(m in rec["episodes"] for rec in records)]
+    labels = METRICS | dict(labels or {})
+    names = [m for m in labels if all(m in rec["episodes"] for rec in records)]
     scores = {g: np.stack([_column(r, "return") for r in recs]) for g, recs in groups.items()}
     stats = compare(scores, reps=reps, confidence=confidence, seed=seed)
     for g, recs in groups.items():
@@ -446,7 +442,7 @@ def summarize(
         "n_tracks": len(tracks),
         "confidence": confidence,
         "bootstrap_reps": reps,
-        "metrics": {m: METRICS[m] for m in names},
+        "metrics": {m: labels[m] for m in names},
         "groups": {g: stats["groups"][g] for g in groups},
         "probability_of_improvement": stats["improvement"],
         "runs": runs,

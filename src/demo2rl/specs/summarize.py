@@ -22,6 +22,8 @@ class SummarizeJob:
     :param curve_runs: the RL run of each of ``curves`` and ``progress``, in their order.
     :param budgets: env steps per run of each arm (its algorithm's budget).
     :param arm_looks: each arm's label and colour, as the tables show them.
+    :param metric_labels: the task's per-episode metrics with their labels, in order (what its
+        package registers: :mod:`demo2rl.envs.capabilities`).
     :param evaluations: every policy's evaluation record.
     :param curves: each RL run's held-out evaluations during training.
     :param progress: each RL run's progress table (its training seconds, wall and CPU).
@@ -43,6 +45,7 @@ class SummarizeJob:
         "rl.arms", "rl.total_timesteps", "rl.sac.total_timesteps", derive="budgets"
     )
     arm_looks: Mapping[str, list[str]] = result("rl.arms", derive="arm_looks")
+    metric_labels: Mapping[str, str] = result("task.env_id", derive="metric_labels")
     evaluations: list[str] = path()
     curves: list[str] = path()
     progress: list[str] = path()

@@ -65,7 +65,9 @@ def summarize(job: SummarizeJob, run: Run) -> dict[str, Any]:
         "Final returns": job.figures["returns_png"],
     }
     records = [json.loads(Path(p).read_text()) for p in evaluations]
-    result = summary.summarize(records, reps=bootstrap_reps, confidence=confidence, seed=seed)
+    result = summary.summarize(
+        records, reps=bootstrap_reps, confidence=confidence, seed=seed, labels=job.metric_labels
+    )
     for name, rows in summary.tables(result).items():
         _write_csv(tables[name], rows)
     _write_csv(tables["episodes"], _episode_rows(records))

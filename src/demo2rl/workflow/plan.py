@@ -22,8 +22,9 @@ from typing import Any
 
 import yaml
 
-from demo2rl import arms, config, envs, names, provenance, spec_fields, tasks
+from demo2rl import arms, config, names, provenance, spec_fields, tasks
 from demo2rl.demos import sources
+from demo2rl.envs import capabilities
 from demo2rl.learning import vec_env_choice
 from demo2rl.specs import registry
 from demo2rl.workflow import graph, probe, variants
@@ -203,8 +204,13 @@ class Variant:
             )
         )
         """The modules of the task's env and expert (a user's own code, too)."""
-        self.replayed = tasks.env_name(cfg["task"]["env_id"]) in envs.REPLAYED
-        """Whether its report replays held-out episodes (:data:`demo2rl.envs.REPLAYED`)."""
+        shown = capabilities.of(cfg["task"]["env_id"])
+        self.replayed = shown.replayed
+        """Whether its report replays held-out episodes (:mod:`demo2rl.envs.capabilities`)."""
+        self.metric_labels = {name: metric.label for name, metric in shown.metrics.items()}
+        """Its task's per-episode metrics and their labels: a param of the rule summarize (code
+        fingerprints leave labels out, so that editing one retabulates and reruns nothing
+        else)."""
         self.report = f"{self.root}/report"
         """Its report directory."""
         self.run_names = [run.name for run in self.runs]
