@@ -17,9 +17,11 @@ from conftest import REPO, TEST_CONFIG, snakemake
 from demo2rl import config as config_lib
 from demo2rl import tasks
 from demo2rl.config import ConfigError
+from demo2rl.envs import capabilities
 from demo2rl.learning import vec_env_choice
 from demo2rl.tasks import checks
 from demo2rl.workflow import probe, variants
+from demo2rl.workflow.plan import Plan
 
 TESTS = Path(__file__).parent
 sys.path.insert(0, str(TESTS))  # probe_tasks, a user's own (bad) task module
@@ -256,13 +258,18 @@ def test_auto_picks_the_tasks_own_vec_env_else_dummy():
 
 
 def test_a_registered_vec_env_is_the_tasks_own(monkeypatch):
-    monkeypatch.setitem(vec_env_choice.NATIVE_VEC_ENVS, "CartPole-v1", "somewhere:CartPoleVecEnv")
+    monkeypatch.setattr(capabilities, "_REGISTERED", dict(capabilities._REGISTERED))
+    capabilities.register("CartPole-v1", sb3_vec_env="somewhere:CartPoleVecEnv")
     assert vec_env_choice.resolve_vec_env("auto", "CartPole-v1") == "native"
-    vec_env_choice.register_native_vec_env("probe_tasks:DictObs-v0", "probe_tasks:Nothing")
-    try:
-        assert vec_env_choice.native_vec_env("probe_tasks:DictObs-v0") == "probe_tasks:Nothing"
-    finally:
-        del vec_env_choice.NATIVE_VEC_ENVS["DictObs-v0"]
+    capabilities.register("probe_tasks:DictObs-v0", sb3_vec_env="probe_tasks:Nothing")
+    assert vec_env_choice.native_vec_env("probe_tasks:DictObs-v0") == "probe_tasks:Nothing"
+    # the RL runs' fingerprint covers a task's own VecEnv, where they step it
+    config = config_with(**CARTPOLE) | {"rl": BASE["rl"] | {"vec_env": "native"}}
+    config["rl"]["arms"] = ["scratch"]
+    base = Plan(config_lib.load(config)).base
+    assert base.vec_env_code == ("somewhere",)
+    assert Plan.code_roots("train_rl", base)[-1] == "somewhere"
+    assert "somewhere" not in Plan.code_roots("evaluate", base)
 
 
 def test_rollouts_use_a_registered_vector_env_only_if_it_takes_an_autoreset_mode():

@@ -1,17 +1,20 @@
-"""What a task shows in the report beyond its return, declared by the package of its env: the
-per-episode metrics it reports in its info, and whether its report replays held-out episodes.
+"""What a task brings beyond its gymnasium registration, declared by the package of its env: the
+per-episode metrics it reports in its info, whether its report replays held-out episodes, and a
+batched stable-baselines3 VecEnv of its own for the RL runs.
 
 A task's package registers them with :func:`register` (next to its ``gymnasium.register``
 call, in the module a ``"package.module:Env-v0"`` id imports), as this module does for
 ``Racing-v0``; a task that registers nothing is reported by its return and episode length. The
 evaluations (:mod:`demo2rl.learning.evaluation`) record the metrics, the summary tabulates them
 under their labels (a param of the rule summarize, from the plan), and the plan adds the replay
-figures (the rule plot_racing) to a task that has them.
+figures (the rule plot_racing) to a task that has them; ``rl.vec_env: auto`` picks the task's
+own VecEnv (:mod:`demo2rl.learning.vec_env_choice`).
 
 It is kept apart from :mod:`demo2rl.envs` (which every job imports, to register the env) so that
 only the jobs that evaluate a policy read it; a label only says how a metric is shown, so the
 code fingerprints leave it out (:data:`PRESENTATION_KEYWORDS`) and the summary reruns on it
-alone.
+alone; and only the RL runs' fingerprints cover a VecEnv's module, which the plan adds to them
+(:data:`UNFINGERPRINTED_IMPORTS`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,10 @@ from collections.abc import Mapping
 PRESENTATION_KEYWORDS = {"label"}
 """A metric's label only says how it is shown: no code fingerprint hashes it; the rule summarize
 takes the labels as a param (``Variant.metric_labels``)."""
+UNFINGERPRINTED_IMPORTS = {
+    "demo2rl.envs.sb3": "the racing task's VecEnv, which only the RL runs step: the plan adds "
+    "its module to their fingerprint (Variant.vec_env_code)"
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +55,11 @@ class Capabilities:
     """Its per-episode metrics by name, in the order the report shows them."""
     replayed: bool = False
     """Whether its report replays held-out episodes (the rule plot_racing's figures)."""
+    sb3_vec_env: str | None = None
+    """The entry point of its own batched SB3 VecEnv, a class taking ``(num_envs,
+    **env_kwargs)`` whose episodes are those of SB3's ``DummyVecEnv`` over its single envs, seed
+    for seed (same-step autoreset, ``terminal_observation`` in the infos), or results would
+    depend on the vec env kind."""
 
 
 _REGISTERED: dict[str, Capabilities] = {}
@@ -58,10 +70,14 @@ def _name(env_id: str) -> str:
 
 
 def register(
-    env_id: str, *, metrics: Mapping[str, Metric] | None = None, replayed: bool = False
+    env_id: str,
+    *,
+    metrics: Mapping[str, Metric] | None = None,
+    replayed: bool = False,
+    sb3_vec_env: str | None = None,
 ) -> None:
-    """Declare what task ``env_id`` shows in the report beyond its return."""
-    _REGISTERED[_name(env_id)] = Capabilities(dict(metrics or {}), replayed)
+    """Declare what task ``env_id`` brings (:class:`Capabilities`)."""
+    _REGISTERED[_name(env_id)] = Capabilities(dict(metrics or {}), replayed, sb3_vec_env)
 
 
 def of(env_id: str) -> Capabilities:
@@ -80,4 +96,5 @@ register(
         "laps": Metric("info.laps", label="laps"),
     },
     replayed=True,
+    sb3_vec_env="demo2rl.envs.sb3:RacingVecEnv",
 )

@@ -80,6 +80,12 @@ def runs_task_code(rule: str) -> bool:
     raise KeyError(f"{rule!r} runs no stage (the rules that do: {', '.join(RULES)})")
 
 
+def runs_vec_env_code(rule: str) -> bool:
+    """Whether ``rule``'s code fingerprint covers the task's own SB3 VecEnv, where its jobs step
+    it (its spec's ``VEC_ENV_CODE``: the RL runs')."""
+    return getattr(SPECS.get(rule), "VEC_ENV_CODE", False)
+
+
 def stage_module(rule: str) -> str:
     """The module of ``rule``'s stage."""
     return f"demo2rl.stages.{rule}"

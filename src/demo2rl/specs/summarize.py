@@ -45,7 +45,7 @@ class SummarizeJob:
         "rl.arms", "rl.total_timesteps", "rl.sac.total_timesteps", derive="budgets"
     )
     arm_looks: Mapping[str, list[str]] = result("rl.arms", derive="arm_looks")
-    metric_labels: Mapping[str, str] = result("task.env_id", derive="metric_labels")
+    metric_labels: Mapping[str, str] = result(derive="metric_labels")
     evaluations: list[str] = path()
     curves: list[str] = path()
     progress: list[str] = path()

@@ -51,6 +51,8 @@ class RLJob:
 
     STAGE: ClassVar[str] = "rl"
     TASK_CODE: ClassVar[bool] = True
+    VEC_ENV_CODE: ClassVar[bool] = True
+    """Its fingerprint covers the task's own VecEnv too, where the run steps it."""
     arm: str = result(source="wildcards")
     run_seed: int = result(source="wildcards", key="seed", of=common.integer)
     seed: int = common.seed()

@@ -204,6 +204,11 @@ class Variant:
             )
         )
         """The modules of the task's env and expert (a user's own code, too)."""
+        native = cfg["rl"]["vec_env"] == "native"
+        own = vec_env_choice.native_vec_env(cfg["task"]["env_id"]) if native else None
+        self.vec_env_code = (own.partition(":")[0],) if own and ":" in own else ()
+        """The module of the task's own VecEnv, where its RL runs step it (``rl.vec_env``
+        native)."""
         shown = capabilities.of(cfg["task"]["env_id"])
         self.replayed = shown.replayed
         """Whether its report replays held-out episodes (:mod:`demo2rl.envs.capabilities`)."""
@@ -412,11 +417,17 @@ class Plan:
 
     @staticmethod
     def code_roots(rule: str, subject: Variant | Plan) -> tuple[str, ...]:
-        """The modules whose code ``rule`` runs, for a job of ``subject``: its stage, and for a
-        rule that runs the task (:func:`~demo2rl.specs.registry.runs_task_code`) the modules
-        of the variant's env and expert; the fingerprint follows their imports."""
-        stage = registry.stage_module(rule)
-        return (stage, *subject.task_code) if registry.runs_task_code(rule) else (stage,)
+        """The modules whose code ``rule`` runs, for a job of ``subject``: its stage; for a rule
+        that runs the task (:func:`~demo2rl.specs.registry.runs_task_code`) the modules of the
+        variant's env and expert, and for one that steps its own VecEnv
+        (:func:`~demo2rl.specs.registry.runs_vec_env_code`) that one's; the fingerprint follows
+        their imports."""
+        roots = (registry.stage_module(rule),)
+        if registry.runs_task_code(rule):
+            roots += subject.task_code
+        if registry.runs_vec_env_code(rule):
+            roots += subject.vec_env_code
+        return roots
 
     @property
     def arm_looks(self) -> dict[str, list[str]]:
