@@ -65,7 +65,7 @@ import gymnasium as gym
 import h5py
 import numpy as np
 
-from demo2rl import io
+from demo2rl import envs, io
 from demo2rl.observations import image_column
 
 FORMAT = "demo2rl-demos"
@@ -296,8 +296,7 @@ def check_dataset(
     """
     name = path if path is not None else "<in-memory dataset>"
     if env_id is not None:
-        have = str(demos.attrs.get("env_id", "")).rpartition(":")[2]
-        if have != env_id.rpartition(":")[2]:
+        if envs.env_name(str(demos.attrs.get("env_id", ""))) != envs.env_name(env_id):
             raise DatasetError(name, f"env_id {demos.attrs.get('env_id')!r} vs expected {env_id!r}")
     for key, space in (("observation_space", observation_space), ("action_space", action_space)):
         if space is None:

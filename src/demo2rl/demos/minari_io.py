@@ -91,7 +91,7 @@ from minari.namespace import create_namespace, list_local_namespaces
 from minari.serialization import deserialize_space
 from minari.storage import get_dataset_path
 
-from demo2rl import io, provenance, tasks
+from demo2rl import envs, io, provenance, tasks
 from demo2rl.demos import dataset
 from demo2rl.demos.dataset import DatasetError
 from demo2rl.observations import image_column
@@ -493,7 +493,7 @@ def _attrs(
             f"demo2rl reads {dataset.FORMAT} version {dataset.FORMAT_VERSION}",
         )
     recorded = dict(record["attrs"])
-    if tasks.env_name(recorded["env_id"]) != tasks.env_name(task["env_id"]):
+    if envs.env_name(recorded["env_id"]) != envs.env_name(task["env_id"]):
         raise DatasetError(
             name, f"exported from env {recorded['env_id']!r}, the task's is {task['env_id']!r}"
         )

@@ -22,6 +22,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
+from demo2rl.envs import env_name
+
 PRESENTATION_KEYWORDS = {"label"}
 """A metric's label only says how it is shown: no code fingerprint hashes it; the rule summarize
 takes the labels as a param (``Variant.metric_labels``)."""
@@ -65,10 +67,6 @@ class Capabilities:
 _REGISTERED: dict[str, Capabilities] = {}
 
 
-def _name(env_id: str) -> str:
-    return env_id.rpartition(":")[2]
-
-
 def register(
     env_id: str,
     *,
@@ -77,13 +75,13 @@ def register(
     sb3_vec_env: str | None = None,
 ) -> None:
     """Declare what task ``env_id`` brings (:class:`Capabilities`)."""
-    _REGISTERED[_name(env_id)] = Capabilities(dict(metrics or {}), replayed, sb3_vec_env)
+    _REGISTERED[env_name(env_id)] = Capabilities(dict(metrics or {}), replayed, sb3_vec_env)
 
 
 def of(env_id: str) -> Capabilities:
     """What task ``env_id`` registered (nothing, if it registered nothing); the env's module
     must have been imported (making the env, or :func:`demo2rl.tasks.env_spec`, does that)."""
-    return _REGISTERED.get(_name(env_id), Capabilities())
+    return _REGISTERED.get(env_name(env_id), Capabilities())
 
 
 register(

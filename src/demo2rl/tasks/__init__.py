@@ -39,12 +39,6 @@ class TaskError(ValueError):
         self.key = key
 
 
-def env_name(env_id: str) -> str:
-    """The name ``env_id`` is registered under: a ``"package.module:Env-v0"`` id without the
-    module it imports first (``Env-v0``)."""
-    return env_id.rpartition(":")[2]
-
-
 def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
     """The registered spec of ``env_id``, or a TaskError saying why there is none.
 
