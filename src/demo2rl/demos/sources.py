@@ -78,17 +78,16 @@ def files(src: Source) -> list[Path]:
     return sorted(p for p in src.path.rglob("*") if p.is_file())
 
 
-def env_of(source: str) -> tuple[str, dict[str, Any]]:
-    """The env id and kwargs the dataset ``source`` records (a Minari dataset's env spec, a
+def env_of(src: Source | None) -> tuple[str, dict[str, Any]]:
+    """The env id and kwargs the dataset ``src`` records (a Minari dataset's env spec, a
     demo2rl file's task): what ``task.env_id: dataset`` stands for; ConfigError naming
-    ``task.env_id`` where it records none, or the source is the expert."""
-    if source == EXPERT_SOURCE:
+    ``task.env_id`` where it records none, or there is no dataset (None: the expert)."""
+    if src is None:
         raise ConfigError(
             "task.env_id",
             f"{FROM_DATASET!r} takes the env from an imported dataset, but collect.source is "
-            "expert: name the env",
+            f"{EXPERT_SOURCE}: name the env",
         )
-    src = resolve(source)
     try:
         if src.kind == "hdf5":
             attrs = dataset.read_attrs(src.path)

@@ -99,14 +99,20 @@ def _probed(task_json: str) -> probe.Probe:
     return probe.probe_task(json.loads(task_json))
 
 
-def resolve(name: str, cfg: dict[str, Any], gpus: int | None = None) -> dict[str, Any]:
+def resolve(
+    name: str, cfg: dict[str, Any], gpus: int | None = None
+) -> tuple[dict[str, Any], sources.Source | None]:
     """A variant's config as its jobs read it: checked, its task probed (a bad key, a space the
     workflow cannot use or an expert that does not fit fails here, before any job, naming the
-    variant), the `auto` and `all` values resolved as they run, keys sorted."""
+    variant), the `auto` and `all` values resolved as they run, keys sorted; and the dataset
+    ``collect.source`` names, resolved once (None: the expert's demonstrations)."""
     cfg = config.without_expert(cfg)
+    source = None
     try:
+        if cfg["collect"]["source"] != config.EXPERT_SOURCE:
+            source = sources.resolve(cfg["collect"]["source"])
         if cfg["task"]["env_id"] == sources.FROM_DATASET:  # the imported dataset's env
-            env_id, env_kwargs = sources.env_of(cfg["collect"]["source"])
+            env_id, env_kwargs = sources.env_of(source)
             cfg["task"]["env_id"] = env_id
             cfg["task"]["env_kwargs"] = env_kwargs | cfg["task"]["env_kwargs"]
         config.check(cfg)
@@ -116,8 +122,7 @@ def resolve(name: str, cfg: dict[str, Any], gpus: int | None = None) -> dict[str
             "rl": {k: cfg["rl"][k] for k in ("arms", "vec_env")},
         }
         found = _probed(json.dumps(probe_input, sort_keys=True))
-        if cfg["collect"]["source"] != config.EXPERT_SOURCE:  # a dataset to import: its spaces
-            source = sources.resolve(cfg["collect"]["source"])
+        if source is not None:  # a dataset to import: its spaces are the task's
             sources.check_spaces(source, found.observation_space, found.action_space)
     except config.ConfigError as err:
         where = "" if name == names.BASE_VARIANT else f"variant {name!r}: "
@@ -134,7 +139,7 @@ def resolve(name: str, cfg: dict[str, Any], gpus: int | None = None) -> dict[str
     for section in ("bc", "rl"):
         cfg[section]["device"] = config.device(cfg[section]["device"], found.images, gpus)
     # params compare as text: sort the config's keys, so that their order in a file never counts
-    return config.canonical(cfg)
+    return config.canonical(cfg), source
 
 
 def variant_configs(
@@ -142,9 +147,9 @@ def variant_configs(
     leaves: Mapping[str, Mapping[str, Any]],
     schema: Path = config.SCHEMA,
     gpus: int | None = None,
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, tuple[dict[str, Any], sources.Source | None]]:
     """The base config (schema-validated already) and every variant's, each validated by the
-    schema and resolved (:func:`resolve`), the base first."""
+    schema and resolved (:func:`resolve`: with its dataset to import), the base first."""
     from snakemake.exceptions import WorkflowError
     from snakemake.utils import validate
 
@@ -170,7 +175,9 @@ class Variant:
     """One variant of the invocation as the rules read it: its config's sections and the
     values derived from them (the base config is the variant `base`)."""
 
-    def __init__(self, name: str, cfg: dict[str, Any], results: str) -> None:
+    def __init__(
+        self, name: str, cfg: dict[str, Any], source: sources.Source | None, results: str
+    ) -> None:
         self.name = name
         self.config = cfg
         self.root = names.variant_root(results, name)
@@ -181,10 +188,10 @@ class Variant:
         self.expert = cfg["task"]["expert"] is not None
         """Whether the task has an expert to call (else the dataset's episodes are the
         summary's reference)."""
-        self.imported = self.collect.source != config.EXPERT_SOURCE
-        """Whether the demonstrations are imported (``collect.source``) rather than collected."""
-        self.source = sources.resolve(self.collect.source) if self.imported else None
-        """The dataset to import, resolved once (None: collected)."""
+        self.source = source
+        """The dataset ``collect.source`` names, as :func:`resolve` found it (None: collected)."""
+        self.imported = source is not None
+        """Whether the demonstrations are imported rather than collected."""
         self.arms: list[str] = cfg["rl"]["arms"]
         self.runs = names.rl_runs(self.arms, cfg["rl"]["seeds"])
         policies = names.policy_names(self.arms, cfg["rl"]["seeds"], self.dagger.rounds)
@@ -260,8 +267,8 @@ class Plan:
         self.results = f"results/{cfg['experiment']}"
         """The experiment's results directory (the base variant's)."""
         self.variants = {
-            name: Variant(name, resolved, self.results)
-            for name, resolved in variant_configs(cfg, leaves, schema, gpus).items()
+            name: Variant(name, resolved, source, self.results)
+            for name, (resolved, source) in variant_configs(cfg, leaves, schema, gpus).items()
         }
         """Every variant, by name, the base first."""
         self.base = self.variants[names.BASE_VARIANT]
