@@ -578,7 +578,13 @@ class FastSAC(SAC):
             if compiling:
                 self._timed.add(name)
                 self.compile_cpu_s = (self.compile_cpu_s or 0.0) + training_cpu_seconds() - before
-                if self._timed.issuperset(GRAPHS) or not self.compile_update:
+                if not self.compile_update:
+                    log.info(
+                        "trying to compile the SAC update took %.1f CPU s before it failed; "
+                        "it runs eagerly (the CompileFallback warning says why)",
+                        self.compile_cpu_s,
+                    )
+                elif self._timed.issuperset(GRAPHS):
                     log.info(
                         "compiled the SAC update in %.1f CPU s (torch's cache on disk makes a "
                         "later process's compile on this machine a few seconds)",
