@@ -3,9 +3,6 @@
 # code redraws figures and recomputes nothing.
 REPORT = "{root}/report"
 """A variant's report directory, with the root wildcard (a variant's results)."""
-VARIANTS_REPORT = PLAN.report
-"""Where the comparison across variants goes: the experiment's report directory."""
-SUMMARY_FIGURES, RACING_FIGURES = names.SUMMARY_FIGURES, names.RACING_FIGURES
 
 
 report: "../report/workflow.rst"
@@ -52,13 +49,13 @@ rule plot_summary:
         summary_json=f"{REPORT}/summary.json",
     output:
         curves_png=report(
-            f"{REPORT}/{SUMMARY_FIGURES['curves_png']}",
+            f"{REPORT}/{names.SUMMARY_FIGURES['curves_png']}",
             caption="../report/learning_curves.rst",
             category="Evaluation",
             labels=variant_labels(figure="learning curves"),
         ),
         returns_png=report(
-            f"{REPORT}/{SUMMARY_FIGURES['returns_png']}",
+            f"{REPORT}/{names.SUMMARY_FIGURES['returns_png']}",
             caption="../report/final_returns.rst",
             category="Evaluation",
             labels=variant_labels(figure="final returns"),
@@ -82,13 +79,13 @@ rule plot_racing:
         evaluations=from_variant(lambda v: PLAN.summary_inputs(v)["evaluations"]),
     output:
         track_png=report(
-            f"{REPORT}/{RACING_FIGURES['track_png']}",
+            f"{REPORT}/{names.RACING_FIGURES['track_png']}",
             caption="../report/track_lines.rst",
             category="Racing",
             labels=variant_labels(figure="track lines"),
         ),
         lap_gif=report(
-            f"{REPORT}/{RACING_FIGURES['lap_gif']}",
+            f"{REPORT}/{names.RACING_FIGURES['lap_gif']}",
             caption="../report/best_lap.rst",
             category="Racing",
             labels=variant_labels(figure="best lap"),
@@ -112,8 +109,8 @@ rule compare_variants:
     input:
         **PLAN.comparison_inputs(),
     output:
-        variants_json=f"{VARIANTS_REPORT}/variants.json",
-        variants_md=f"{VARIANTS_REPORT}/variants.md",
+        variants_json=f"{PLAN.report}/variants.json",
+        variants_md=f"{PLAN.report}/variants.md",
     log:
         f"{PLAN.results}/logs/compare_variants.log",
     benchmark:
@@ -132,10 +129,10 @@ rule compare_variants:
 
 rule plot_variants:
     input:
-        variants_json=f"{VARIANTS_REPORT}/variants.json",
+        variants_json=f"{PLAN.report}/variants.json",
     output:
         variants_png=report(
-            f"{VARIANTS_REPORT}/plots/variants.png",
+            PLAN.variants_figure,
             caption="../report/variants.rst",
             category="Variants",
             labels={"figure": "IQM per arm and variant"},

@@ -208,7 +208,7 @@ def test_the_shipped_tasks_pass_the_probe(config):
         raw = variants.merge(base, raw)
     full = config_lib.load(raw)
     found = probe.probe_task(full)
-    assert found.observation_space.shape and found.seconds > 0
+    assert found.observation_space.shape
     assert found.images == ("pixels" in config)
     wanted = full["rl"]["arms"]
     if wanted == probe.ALL_ARMS:  # the PPO arms act in Box and Discrete spaces, SAC's in Box

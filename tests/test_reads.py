@@ -51,7 +51,7 @@ def jobs(plan: Plan) -> Iterator[Job]:
         if rule == "compare_variants":
             yield rule, ()
         elif rule in ("collect_shard", "dagger_shard"):
-            for shard in range(base.collect.n_shards):
+            for shard in range(base.config["collect"]["n_shards"]):
                 extra = {"round": "1"} if rule == "dagger_shard" else {}
                 yield rule, tuple((root | extra | {"shard": str(shard)}).items())
         elif rule in ("aggregate_dagger", "train_dagger"):

@@ -29,10 +29,7 @@ from demo2rl.learning import vec_env_choice
 from demo2rl.specs import registry
 from demo2rl.workflow import graph, probe, variants
 
-
-@functools.cache
-def _fingerprint(roots: tuple[str, ...]) -> str:
-    return provenance.code_fingerprint(*roots)
+_fingerprint = functools.cache(provenance.code_fingerprint)
 
 
 def _at(cfg: Mapping[str, Any], key: str) -> Any:
@@ -181,9 +178,7 @@ class Variant:
         self.name = name
         self.config = cfg
         self.root = names.variant_root(results, name)
-        self.collect = config.CollectConfig.of(cfg["collect"])
-        self.dagger = config.DaggerConfig.of(cfg["bc"]["dagger"])
-        self.rounds = list(range(1, self.dagger.rounds + 1))
+        self.rounds = list(range(1, cfg["bc"]["dagger"]["rounds"] + 1))
         """The DAgger rounds (none without DAgger)."""
         self.expert = cfg["task"]["expert"] is not None
         """Whether the task has an expert to call (else the dataset's episodes are the
@@ -194,7 +189,7 @@ class Variant:
         """Whether the demonstrations are imported rather than collected."""
         self.arms: list[str] = cfg["rl"]["arms"]
         self.runs = names.rl_runs(self.arms, cfg["rl"]["seeds"])
-        policies = names.policy_names(self.arms, cfg["rl"]["seeds"], self.dagger.rounds)
+        policies = names.policy_names(self.arms, cfg["rl"]["seeds"], len(self.rounds))
         self.policies = policies if self.expert else [p for p in policies if p != names.EXPERT]
         """The evaluated policies (the expert's only where there is one)."""
         self.budgets = {arm: arms.get(arm).budget(cfg["rl"]) for arm in self.arms}
@@ -355,9 +350,7 @@ class Plan:
             "summaries": [f"{r}/summary.json" for r in reports],
             "episodes": [f"{r}/episodes.csv" for r in reports],
             "progress": [
-                self.output(v, ("rl", run.arm, str(run.seed)), "progress")
-                for v in self.variants.values()
-                for run in v.runs
+                p for v in self.variants.values() for p in self.summary_inputs(v)["progress"]
             ],
         }
 
@@ -377,7 +370,7 @@ class Plan:
         out = {field.name: self._per_job(field) for field in fields}
         if rule in registry.PLOTS and registry.PLOTS[rule].shows_arms:
             out["arm_looks"] = lambda wc: self.subject(wc).arm_looks
-        out["code"] = lambda wc: _fingerprint(self.code_roots(rule, self.subject(wc)))
+        out["code"] = lambda wc: _fingerprint(*self.code_roots(rule, self.subject(wc)))
         return out | {"tracking": self.tracking}
 
     def resources(self, rule: str) -> dict[str, Any]:
@@ -443,12 +436,13 @@ class Plan:
 
     def report_targets(self, variant: Variant) -> list[str]:
         """What ``variant``'s report is (the clone's loss plot is its clone's)."""
-        figures = {**names.SUMMARY_FIGURES, **(names.RACING_FIGURES if variant.replayed else {})}
+        racing = names.RACING_FIGURES.values() if variant.replayed else ()
         return [
             f"{variant.report}/summary.md",
             f"{variant.report}/summary.json",
             f"{self.owner_root(variant, ('clone',))}/bc/loss.png",
-            *(f"{variant.report}/{path}" for path in figures.values()),
+            *variant.summary_figures.values(),
+            *(f"{variant.report}/{path}" for path in racing),
         ]
 
     def final_targets(self) -> list[str]:
@@ -463,7 +457,8 @@ class Plan:
         for v in self.variants.values():
             targets += self.report_targets(v)
         if len(self.variants) > 1:
-            targets += [f"{self.report}/{name}" for name in self.comparison()]
+            targets += [f"{self.report}/variants.md", f"{self.report}/variants.json"]
+            targets += [self.variants_figure]
         return targets
 
     @staticmethod
@@ -486,8 +481,3 @@ class Plan:
         return [
             f"{self.owner_root(v, ('demos',))}/{names.MINARI_DIR}" for v in self.variants.values()
         ]
-
-    @staticmethod
-    def comparison() -> list[str]:
-        """The files of the comparison across variants, under :attr:`report`."""
-        return ["variants.md", "variants.json", "plots/variants.png"]

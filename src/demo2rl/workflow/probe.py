@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -49,12 +48,11 @@ ALL_ARMS = "all"
 
 @dataclasses.dataclass(frozen=True)
 class Probe:
-    """What the probe found: the task's spaces, the arms that run, how long the probe took."""
+    """What the probe found: the task's spaces, the arms that run."""
 
     observation_space: gym.Space
     action_space: gym.Space
     arms: tuple[str, ...]
-    seconds: float
 
     @property
     def images(self) -> bool:
@@ -87,7 +85,6 @@ def _refusal(err: Exception) -> bool:
 
 def _probe(config: Mapping[str, Any]) -> Probe:
     """:func:`probe_task`, a check's refusal raised as it is."""
-    start = time.perf_counter()
     task = config["task"]
     env_id, env_kwargs = task["env_id"], task["env_kwargs"]
     expert_cfg = task["expert"]
@@ -140,7 +137,7 @@ def _probe(config: Mapping[str, Any]) -> Probe:
         env.close()
     check_vec_env(config["rl"], env_id, frame_stack)
     chosen = resolve_arms(config["rl"]["arms"], act_space, env_id)
-    return Probe(obs_space, act_space, chosen, time.perf_counter() - start)
+    return Probe(obs_space, act_space, chosen)
 
 
 def _expert_actions(
