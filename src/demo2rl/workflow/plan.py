@@ -206,12 +206,11 @@ class Variant:
             )
         )
         """The modules of the task's env and expert (a user's own code, too)."""
-        native = cfg["rl"]["vec_env"] == "native"
-        own = vec_env_choice.native_vec_env(cfg["task"]["env_id"]) if native else None
+        shown = capabilities.of(cfg["task"]["env_id"])  # (task_code imported the env's module)
+        own = shown.sb3_vec_env if cfg["rl"]["vec_env"] == "native" else None
         self.vec_env_code = (own.partition(":")[0],) if own and ":" in own else ()
         """The module of the task's own VecEnv, where its RL runs step it (``rl.vec_env``
         native)."""
-        shown = capabilities.of(cfg["task"]["env_id"])
         self.replayed = shown.replayed
         """Whether its report replays held-out episodes (:mod:`demo2rl.envs.capabilities`)."""
         self.metric_labels = {name: metric.label for name, metric in shown.metrics.items()}
